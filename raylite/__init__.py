@@ -1,0 +1,13 @@
+"""raylite: Ray's API for one machine, starting in milliseconds. Use as `import raylite as ray`."""
+from raylite import exceptions
+from raylite.core.api import (available_resources, cancel, cluster_resources, get, get_actor, get_gpu_ids,
+                              init, is_initialized, kill, nodes, put, remote, shutdown, wait)
+from raylite.core.context import get_runtime_context
+from raylite.core.objects import ObjectRef
+from raylite.core.remote import ActorClass, ActorHandle, method
+
+__version__ = "0.1.0"
+
+__all__ = ["ActorClass", "ActorHandle", "ObjectRef", "available_resources", "cancel", "cluster_resources",
+           "exceptions", "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized",
+           "kill", "method", "nodes", "put", "remote", "shutdown", "wait"]

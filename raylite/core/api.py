@@ -1,0 +1,252 @@
+"""The public API with Ray's names. Works the same in the driver and inside workers."""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+
+from raylite import exceptions
+from raylite.core import context, serialization
+from raylite.core.objects import ObjectRef, next_id, process
+from raylite.core.remote import ActorClass, ActorHandle, RemoteFunction
+from raylite.core.resources import SCALE, to_fixed
+
+_lock = threading.RLock()
+_node = None
+NODE_IP = "127.0.0.1"
+
+
+class RayContext(dict):
+    """What `init` returns; Ray's context is dict-like too."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        shutdown()
+
+    @property
+    def address_info(self) -> dict:
+        return dict(self)
+
+
+def _memory_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def init(num_cpus: float | None = None, num_gpus: float | None = None, resources: dict | None = None,
+         object_store_memory: int | None = None, *, address: str | None = None, local_mode: bool = False,
+         ignore_reinit_error: bool = False, include_dashboard: bool | None = None,
+         dashboard_host: str | None = None, dashboard_port: int | None = None, logging_level=None,
+         logging_format=None, log_to_driver: bool = True, namespace: str | None = None,
+         runtime_env: dict | None = None, configure_logging: bool = True, job_config=None,
+         _temp_dir: str | None = None, _system_config: dict | None = None,
+         _memory: int | None = None) -> RayContext:
+    """Start the local runtime: a node manager thread in this process and a zygote for workers."""
+    global _node
+    with _lock:
+        if _node is not None:
+            if ignore_reinit_error:
+                return _context()
+            raise RuntimeError("Maybe you called ray.init twice by accident? This error can be suppressed "
+                               "by passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' "
+                               "prior to 'ray.init()'.")
+        if process.index != 0:
+            raise RuntimeError("init() cannot be called inside a task or actor")
+        if address not in (None, "local"):
+            raise ValueError(f"address={address!r}: connecting to a Ray cluster is not available yet; "
+                             "call init() without address to use the local runtime")
+        from raylite.core import accelerators
+        totals = _node_totals(num_cpus, num_gpus, resources, object_store_memory)
+        device_totals, device_ids, _ = accelerators.node_devices(num_gpus, _accelerator_part(resources))
+        totals.update(device_totals)
+        from raylite.core.driver import DriverClient
+        from raylite.core.node import Node
+        session = f"{os.getpid()}-{os.urandom(4).hex()}"
+        node_id = os.urandom(14).hex()
+        _node = Node(totals, device_ids, session, node_id, "01000000")
+        process.client = DriverClient(_node)
+        process.index = 0
+        context.set_process(job_id="01000000", node_id=node_id, worker_id=0)
+        return _context()
+
+
+def _accelerator_part(resources: dict | None) -> dict | None:
+    if resources is None:
+        return None
+    if not isinstance(resources, dict):
+        raise TypeError(f"resources must be a dict, got {type(resources).__name__}")
+    from raylite.core.resources import ACCELERATOR_RESOURCES
+    return {k: v for k, v in resources.items() if k in ACCELERATOR_RESOURCES} or None
+
+
+def _node_totals(num_cpus, num_gpus, resources, object_store_memory) -> dict[str, int]:
+    from raylite.core.resources import ACCELERATOR_RESOURCES
+    cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
+    memory = _memory_bytes()
+    store = object_store_memory if object_store_memory is not None else int(memory * 0.3)
+    totals = {"CPU": to_fixed(cpus, "num_cpus"),
+              "memory": to_fixed(int(memory * 0.7), "memory"),
+              "object_store_memory": to_fixed(store, "object_store_memory"),
+              f"node:{NODE_IP}": SCALE, "node:__internal_head__": SCALE}
+    for name, value in (resources or {}).items():
+        if name in ("CPU", "GPU"):
+            raise ValueError(f"Use the 'num_cpus' and 'num_gpus' keyword instead of resources={{{name!r}: ...}}")
+        if name not in ACCELERATOR_RESOURCES:
+            totals[name] = to_fixed(value, f"resources[{name!r}]")
+    return totals
+
+
+def _context() -> RayContext:
+    return RayContext(node_ip_address=NODE_IP, session_dir=serialization.SHM_DIR, address="local",
+                      dashboard_url=None, node_id=context.get_runtime_context().get_node_id())
+
+
+def is_initialized() -> bool:
+    return process.client is not None
+
+
+def shutdown(_exiting_interpreter: bool = False) -> None:
+    """Stop every worker, free shared memory, and forget all objects."""
+    global _node
+    with _lock:
+        node, _node = _node, None
+        if node is None:
+            return
+        process.client = None
+        node.shutdown()
+
+
+atexit.register(shutdown)
+
+
+def _require_client():
+    client = process.client
+    if client is None:
+        raise exceptions.RaySystemError("raylite is not initialized: call raylite.init() first")
+    return client
+
+
+def _check_refs(refs, what: str) -> list[ObjectRef]:
+    out = list(refs)
+    for r in out:
+        if not isinstance(r, ObjectRef):
+            raise TypeError(f"{what} expects ObjectRefs, got {type(r).__name__}: {r!r}")
+    return out
+
+
+def _value(ser):
+    value = serialization.loads(ser)
+    if ser.is_error:
+        if isinstance(value, exceptions.RayTaskError):
+            raise value.as_instanceof_cause()
+        raise value
+    return value
+
+
+def get(object_refs, *, timeout: float | None = None):
+    """Values of one ObjectRef or a list of them, raising the task's error if it failed."""
+    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+        raise ValueError(f"timeout must be a non-negative number or None, got {timeout!r}")
+    single = isinstance(object_refs, ObjectRef)
+    if not single and not isinstance(object_refs, (list, tuple)):
+        raise TypeError(f"get() expects an ObjectRef or a list of ObjectRefs, got {type(object_refs).__name__}")
+    refs = [object_refs] if single else _check_refs(object_refs, "get()")
+    values = [_value(v) for v in _require_client().get([r.id for r in refs], timeout)]
+    return values[0] if single else values
+
+
+def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True):
+    """(ready, not_ready), each in the order given; at most num_returns ready."""
+    if isinstance(object_refs, ObjectRef):
+        raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef")
+    refs = _check_refs(object_refs, "wait()")
+    if len({r.id for r in refs}) != len(refs):
+        raise ValueError("wait() got duplicate ObjectRefs")
+    if not isinstance(num_returns, int) or not 0 <= num_returns <= len(refs):
+        raise ValueError(f"num_returns must be between 0 and the number of refs ({len(refs)}), got {num_returns!r}")
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"timeout must be non-negative, got {timeout!r}")
+    if not refs:
+        return [], []
+    ready_ids = _require_client().wait([r.id for r in refs], num_returns, timeout)
+    ready = [r for r in refs if r.id in ready_ids][:num_returns]
+    taken = {r.id for r in ready}
+    return ready, [r for r in refs if r.id not in taken]
+
+
+def put(value) -> ObjectRef:
+    """Store a value once; large buffers go to shared memory and are mapped by readers."""
+    if isinstance(value, ObjectRef):
+        raise TypeError("Calling put() on an ObjectRef is not allowed; pass the ref itself instead")
+    client = process.client or (init() and process.client)
+    try:
+        ser = serialization.dumps(value, client.shm_prefix)
+    except Exception as e:
+        raise TypeError(f"Could not serialize the value passed to put(): {e}") from e
+    oid = next_id()
+    client.put(oid, ser)
+    return ObjectRef(oid, True)
+
+
+def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
+    if not isinstance(actor, ActorHandle):
+        raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
+    _require_client().kill(actor._actor_id, no_restart)
+
+
+def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    if not isinstance(object_ref, ObjectRef):
+        raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
+    _require_client().cancel(object_ref.id, force)
+
+
+def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
+    actor_id, meta = _require_client().get_actor(name)
+    return ActorHandle(actor_id, meta, False)
+
+
+def cluster_resources() -> dict[str, float]:
+    return _require_client().resources()[0]
+
+
+def available_resources() -> dict[str, float]:
+    return _require_client().resources()[1]
+
+
+def nodes() -> list[dict]:
+    total = cluster_resources()
+    return [{"NodeID": context.get_runtime_context().get_node_id(), "Alive": True,
+             "NodeManagerAddress": NODE_IP, "Resources": total}]
+
+
+def get_gpu_ids() -> list:
+    ids = context.get_runtime_context().get_accelerator_ids().get("GPU", [])
+    return [int(i) if i.isdigit() else i for i in ids]
+
+
+def remote(*args, **options):
+    """`@remote` or `@remote(num_cpus=..., ...)` on a function or a class."""
+    if len(args) == 1 and not options and callable(args[0]):
+        return _make_remote(args[0], {})
+    if args:
+        raise TypeError("remote() takes a function or class, or only keyword options")
+
+    def decorate(target):
+        return _make_remote(target, options)
+    return decorate
+
+
+def _make_remote(target, options: dict):
+    if isinstance(target, type):
+        return ActorClass(target, options)
+    if callable(target):
+        return RemoteFunction(target, options)
+    raise TypeError(f"@remote must decorate a function or a class, got {type(target).__name__}")

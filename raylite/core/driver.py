@@ -1,0 +1,94 @@
+"""The runtime as seen from the driver's user threads: thin calls into the node manager.
+
+It has the same methods as the worker-side client (raylite.core.worker.WorkerClient), so the
+public API is written once for both.
+"""
+from __future__ import annotations
+
+import threading
+
+from raylite import exceptions
+from raylite.core.node import Node
+from raylite.core.resources import NodeResources
+from raylite.core.workers import Waiter
+
+
+class DriverClient:
+    def __init__(self, node: Node):
+        self.node = node
+        self.shm_prefix = node.shm_prefix
+        self.sent_functions: set[str] = set()
+
+    @property
+    def resources_model(self) -> NodeResources:
+        return self.node.res
+
+    def submit(self, spec, fn_bytes: bytes | None) -> None:
+        if spec.fn_id in self.sent_functions:
+            fn_bytes = None
+        elif fn_bytes is not None:
+            self.sent_functions.add(spec.fn_id)
+        self.node.call(self.node.submit, spec, fn_bytes)
+
+    def put(self, object_id: int, ser) -> None:
+        self.node.call(self.node.put, object_id, ser)
+
+    def _block(self, ids, timeout, want=None) -> Waiter:
+        done, box = threading.Event(), []
+
+        def fire(timed_out, waiter):
+            box.append(timed_out)
+            done.set()
+
+        waiter = Waiter(fire, want)
+        self.node.call(self.node.add_waiter, waiter, ids, timeout)
+        done.wait()
+        if box[0] and want is None:
+            raise exceptions.GetTimeoutError(f"get timed out after {timeout} s")
+        return waiter
+
+    def get(self, ids: list[int], timeout: float | None) -> list:
+        objects = self.node.objects
+        values = []
+        for i in ids:   # fast path: everything is ready
+            entry = objects.get(i)
+            if entry is None or entry.value is None:
+                break
+            values.append(entry.value)
+        else:
+            return values
+        for i in ids:
+            entry = objects.get(i)
+            if entry is not None and entry.infeasible:
+                raise exceptions.InfeasibleTaskError(entry.infeasible)
+        waiter = self._block(ids, timeout)
+        if waiter.infeasible_reason:
+            raise exceptions.InfeasibleTaskError(waiter.infeasible_reason)
+        if waiter.lost_id is not None:
+            raise exceptions.ObjectLostError(f"object {waiter.lost_id:028x} was freed")
+        return [objects[i].value for i in ids]
+
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
+        ready = self.node.ready_ids(ids)
+        if len(ready) < num_returns and timeout != 0:
+            self._block(ids, timeout, num_returns)
+            ready = self.node.ready_ids(ids)
+        return ready
+
+    def pin(self, object_id: int) -> None:
+        self.node.call(self.node.pin, object_id)
+
+    def release(self, object_id: int) -> None:
+        self.node.call(self.node.release, object_id)
+
+    def kill(self, actor_id: int, no_restart: bool) -> None:
+        self.node.call(self.node.kill, actor_id, no_restart)
+
+    def cancel(self, object_id: int, force: bool) -> None:
+        self.node.call(self.node.cancel, object_id, force)
+
+    def get_actor(self, name: str):
+        return self.node.call_sync(self.node.get_actor, name)
+
+    def resources(self) -> tuple[dict, dict]:
+        return self.node.call_sync(self.node.resource_view)

@@ -1,0 +1,635 @@
+"""The node manager: one thread in the driver that owns the scheduler, the object table and the
+worker table. User threads only enqueue commands (`call`) and wait on events; workers talk to it
+over their control sockets. One owner of the state means no locks around it.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import deque
+
+from raylite import exceptions
+from raylite.core import accelerators, serialization
+from raylite.core.protocol import Channel, TaskSpec
+from raylite.core.resources import SCALE, NodeResources, from_fixed
+from raylite.core.workers import Actor, ObjectEntry, Waiter, WorkerProc
+from raylite.core.zygote import Zygote
+
+
+def _error_value(err: BaseException):
+    return serialization.dumps(err, None, is_error=True)
+
+
+class Node:
+    def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
+                 node_id: str, job_id: str):
+        self.res = NodeResources(totals, device_ids)
+        self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
+        self.session, self.node_id, self.job_id = session, node_id, job_id
+        self.shm_prefix = serialization.session_prefix(session)
+        self.sel = selectors.DefaultSelector()
+        self.commands: deque = deque()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._woken = False
+        self.sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
+        self.objects: dict[int, ObjectEntry] = {}
+        self.functions: dict[str, bytes] = {}
+        self.workers: dict[int, WorkerProc] = {}
+        self.idle: dict[tuple, list[WorkerProc]] = {}
+        self.queues: dict[tuple, deque[TaskSpec]] = {}
+        self.producers: dict[int, TaskSpec] = {}   # first return id -> pending or running task
+        self.cancelled: set[int] = set()
+        self.actors: dict[int, Actor] = {}
+        self.named: dict[str, int] = {}
+        self.timers: list = []
+        self.dirty_channels: set[Channel] = set()
+        self._worker_index = itertools.count(1)
+        self._timer_seq = itertools.count()
+        self.stopping = False
+        self.zygote = Zygote(session)
+        self.thread = threading.Thread(target=self._loop, name="raylite-node", daemon=True)
+        self.thread.start()
+
+    # ------------------------------------------------------------------ loop plumbing
+    def call(self, fn, *args) -> None:
+        """Run fn(*args) on the node thread (from any thread)."""
+        self.commands.append((fn, args))
+        if not self._woken:
+            self._woken = True
+            try:
+                self._wake_w.send(b"x")
+            except OSError:
+                pass
+
+    def call_sync(self, fn, *args):
+        done, box = threading.Event(), []
+
+        def run():
+            try:
+                box.append((True, fn(*args)))
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+                box.append((False, e))
+            done.set()
+
+        self.call(run)
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def _on_wake(self, _events=None) -> None:
+        try:
+            self._wake_r.recv(4096)
+        except BlockingIOError:
+            pass
+
+    def _loop(self) -> None:
+        while True:
+            timeout = None
+            if self.timers:
+                timeout = max(0.0, self.timers[0][0] - time.monotonic())
+            if self.commands:
+                timeout = 0
+            for key, events in self.sel.select(timeout):
+                key.data(events)
+            self._woken = False
+            while self.commands:
+                fn, args = self.commands.popleft()
+                fn(*args)
+            self._fire_timers()
+            self._schedule()
+            self._flush()
+            if self.stopping and not self.commands:
+                return
+
+    def _flush(self) -> None:
+        for chan in self.dirty_channels:
+            chan.flush()
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if chan.wbuf else 0)
+            try:
+                key = self.sel.get_key(chan.sock)
+                if key.events != events:
+                    self.sel.modify(chan.sock, events, key.data)
+            except (KeyError, ValueError):
+                pass
+        self.dirty_channels = {c for c in self.dirty_channels if c.wbuf}
+
+    def _send(self, w: WorkerProc, msg) -> None:
+        w.chan.queue(msg)
+        self.dirty_channels.add(w.chan)
+
+    def _fire_timers(self) -> None:
+        now = time.monotonic()
+        while self.timers and self.timers[0][0] <= now:
+            _, _, waiter = heapq.heappop(self.timers)
+            waiter.expire()
+
+    # ------------------------------------------------------------------ objects
+    def add_waiter(self, waiter: Waiter, ids, timeout: float | None) -> None:
+        """Register waiter on ids; it fires when enough are ready (or at timeout)."""
+        unique, ready = set(ids), 0
+        for oid in unique:
+            entry = self.objects.get(oid)
+            if entry is None:
+                waiter.lost(oid)
+            elif entry.value is not None:
+                ready += 1
+            else:
+                if entry.infeasible is not None:
+                    waiter.infeasible(entry.infeasible)
+                entry.waiters.append(waiter)
+        waiter.arm(ready, len(unique))
+        if not waiter.done and timeout is not None:
+            heapq.heappush(self.timers, (time.monotonic() + max(0.0, timeout), next(self._timer_seq), waiter))
+
+    def _new_entries(self, ids) -> None:
+        for oid in ids:
+            self.objects[oid] = ObjectEntry()
+
+    def _set_value(self, oid: int, value) -> None:
+        entry = self.objects.get(oid)
+        if entry is None:
+            serialization.unlink_segments(value.segments())
+            return
+        entry.value = value
+        waiters, entry.waiters = entry.waiters, []
+        for waiter in waiters:
+            waiter.hit()
+        if entry.refs <= 0 and not entry.pinned:
+            self._free(oid)
+
+    def put(self, oid: int, value) -> None:
+        self.objects[oid] = ObjectEntry(value)
+
+    def pin(self, oid: int) -> None:
+        entry = self.objects.get(oid)
+        if entry is not None:
+            entry.pinned = True
+        elif oid in self.actors:
+            self.actors[oid].pinned = True
+
+    def release(self, oid: int) -> None:
+        entry = self.objects.get(oid)
+        if entry is not None:
+            entry.refs -= 1
+            if entry.refs <= 0 and not entry.pinned and entry.value is not None:
+                self._free(oid)
+        elif oid in self.actors:
+            self._release_actor(self.actors[oid])
+
+    def _free(self, oid: int) -> None:
+        entry = self.objects.pop(oid)
+        if entry.value is not None:
+            serialization.unlink_segments(entry.value.segments())
+
+    # ------------------------------------------------------------------ submission
+    def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
+        if fn_bytes is not None:
+            self.functions.setdefault(spec.fn_id, fn_bytes)
+        self._new_entries(spec.return_ids)
+        if spec.return_ids:
+            self.producers[spec.return_ids[0]] = spec
+        for dep in spec.deps:
+            entry = self.objects.get(dep)
+            if entry is None:
+                return self._finish(spec, _error_value(exceptions.ObjectLostError(
+                    f"argument {dep:028x} of {spec.name} was freed before the task ran")))
+            entry.refs += 1
+        if spec.kind == "actor_call":
+            actor = self.actors.get(spec.actor_id)
+            if actor is None or actor.state == "DEAD":
+                return self._finish(spec, _error_value(self._actor_died(actor, spec)))
+            actor.queue.append(spec)
+            return self._pump_actor(actor)
+        if spec.kind == "actor_create":
+            actor = Actor(spec, spec.class_meta)
+            self.actors[spec.actor_id] = actor
+            if spec.actor_name:
+                self.named[spec.actor_name] = spec.actor_id
+        request = spec.schedule_request or spec.request
+        if not self.res.feasible(request):
+            message = (f"{spec.name} asks for {self.res.describe(request)} but this node has "
+                       f"{self.res.describe(self.res.total)}; it can never be scheduled")
+            for oid in spec.return_ids:
+                self.objects[oid].infeasible = message
+                for waiter in self.objects[oid].waiters:
+                    waiter.infeasible(message)
+            if spec.kind == "actor_create":
+                self.actors[spec.actor_id].state, self.actors[spec.actor_id].error = "DEAD", message
+            return
+        self._when_deps_ready(spec, lambda: self._enqueue(spec))
+
+    def _when_deps_ready(self, spec: TaskSpec, then) -> None:
+        missing = [d for d in spec.deps if self.objects[d].value is None]
+        if not missing:
+            return then()
+        def resolved(_timed_out, waiter):
+            if waiter.infeasible_reason or waiter.lost_id is not None:
+                why = waiter.infeasible_reason or f"object {waiter.lost_id:028x} was freed"
+                self._finish(spec, _error_value(exceptions.RayTaskError(
+                    spec.name, f"an argument of {spec.name} can never be computed: {why}")))
+                actor = self.actors.get(spec.actor_id) if spec.kind == "actor_call" else None
+                if actor is not None and spec in actor.queue:
+                    actor.queue.remove(spec)
+                    self._resume_actor(actor)
+                return
+            then()
+        self.add_waiter(Waiter(resolved), missing, None)
+
+    def _enqueue(self, spec: TaskSpec) -> None:
+        if spec.task_id in self.cancelled:
+            return
+        key = tuple(sorted((spec.schedule_request or spec.request).items()))
+        self.queues.setdefault(key, deque()).append(spec)
+
+    def _schedule(self) -> None:
+        for key in list(self.queues):
+            queue = self.queues[key]
+            while queue:
+                spec = queue[0]
+                alloc = self.res.try_acquire(spec.schedule_request or spec.request)
+                if alloc is None:
+                    break
+                queue.popleft()
+                if spec.schedule_request is not None:   # actors: placed with more than they hold
+                    self.res.release(alloc)
+                    alloc = self.res.try_acquire(spec.request)
+                self._start(spec, alloc)
+            if not queue:
+                del self.queues[key]
+
+    def _start(self, spec: TaskSpec, alloc) -> None:
+        key = tuple(sorted((k, tuple(v)) for k, v in alloc.device_ids.items()))
+        if spec.kind == "actor_create":
+            actor = self.actors[spec.actor_id]
+            w = self._spawn(alloc.device_ids, key)
+            w.actor, w.alloc, w.name = actor, alloc, spec.name
+            actor.worker, actor.state = w, "ALIVE"
+            self._run_on(w, spec)
+            return self._pump_actor(actor)
+        pool = self.idle.get(key)
+        w = pool.pop() if pool else self._spawn(alloc.device_ids, key)
+        w.task, w.alloc, w.name, w.max_calls = spec, alloc, spec.name, spec.max_calls
+        self._run_on(w, spec)
+
+    def _run_on(self, w: WorkerProc, spec: TaskSpec) -> None:
+        fn_bytes = None
+        if spec.fn_id and spec.fn_id not in w.functions:
+            fn_bytes = self.functions[spec.fn_id]
+            w.functions.add(spec.fn_id)
+        deps = {d: self.objects[d].value for d in spec.deps}
+        alloc = w.alloc
+        assigned = {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {}
+        accel = {r: list(alloc.device_ids.get(r, [])) if alloc else [] for r in self.accel_resources}
+        self._send(w, ("run", spec, fn_bytes, deps, assigned, accel))
+
+    def _finish(self, spec: TaskSpec, results) -> None:
+        """Store a task's results (one value or a list) and drop its argument pins."""
+        if not isinstance(results, list):
+            results = [results] * len(spec.return_ids)
+        if spec.return_ids:
+            self.producers.pop(spec.return_ids[0], None)
+        self.cancelled.discard(spec.task_id)
+        for oid, value in zip(spec.return_ids, results):
+            self._set_value(oid, value)
+        for dep in spec.deps:
+            self.release(dep)
+
+    # ------------------------------------------------------------------ actors
+    def _pump_actor(self, actor: Actor) -> None:
+        w = actor.worker
+        while actor.queue and w is not None and actor.state == "ALIVE":
+            spec = actor.queue[0]
+            if any(self.objects[d].value is None for d in spec.deps):
+                if not actor.waiting_deps:
+                    actor.waiting_deps = True
+                    self._when_deps_ready(spec, lambda actor=actor: self._resume_actor(actor))
+                return
+            actor.queue.popleft()
+            if spec.task_id in self.cancelled:
+                continue
+            actor.inflight[spec.task_id] = spec
+            self._run_on(w, spec)
+        if actor.exit_when_idle and not actor.queue and w is not None:
+            self._send(w, ("exit",))
+
+    def _resume_actor(self, actor: Actor) -> None:
+        actor.waiting_deps = False
+        self._pump_actor(actor)
+
+    def _actor_died(self, actor: Actor | None, spec: TaskSpec) -> exceptions.ActorDiedError:
+        why = actor.error if actor is not None and actor.error else "it was killed or its process died"
+        return exceptions.ActorDiedError(f"cannot run {spec.name}: the actor is dead ({why})")
+
+    def _release_actor(self, actor: Actor) -> None:
+        actor.refs -= 1
+        if actor.refs <= 0 and not actor.pinned and actor.spec.actor_name is None:
+            actor.exit_when_idle = True
+            if actor.state != "ALIVE":
+                self._kill_actor(actor.spec.actor_id, True)
+            else:
+                self._pump_actor(actor)
+
+    def kill(self, actor_id: int, no_restart: bool = True) -> None:
+        self._kill_actor(actor_id, no_restart)
+
+    def _kill_actor(self, actor_id: int, no_restart: bool) -> None:
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.state == "DEAD":
+            return
+        if no_restart:
+            actor.restarts_left = 0
+        actor.error = actor.error or "killed by kill()"
+        w = actor.worker
+        if w is None:   # not placed yet
+            for queue in self.queues.values():
+                if actor.spec in queue:
+                    queue.remove(actor.spec)
+            self._actor_gone(actor)
+        elif w.pid is None:
+            w.kill_on_hello = True
+        else:
+            self._signal(w, signal.SIGKILL)
+
+    def _actor_gone(self, actor: Actor) -> None:
+        """The actor's process ended: fail its calls, then restart it or mark it dead."""
+        w, actor.worker = actor.worker, None
+        if w is not None and w.alloc is not None:
+            self.res.release(w.alloc)
+            w.alloc = None
+        pending = list(actor.inflight.values())
+        actor.inflight.clear()
+        for spec in pending:
+            self._finish(spec, _error_value(self._actor_died(actor, spec)))
+        if actor.restarts_left != 0 and not actor.exit_when_idle:
+            actor.restarts_left -= 1
+            actor.state, actor.error = "RESTARTING", None
+            self._enqueue(actor.spec)
+            return
+        actor.state = "DEAD"
+        while actor.queue:
+            spec = actor.queue.popleft()
+            self._finish(spec, _error_value(self._actor_died(actor, spec)))
+        if actor.spec.actor_name and self.named.get(actor.spec.actor_name) == actor.spec.actor_id:
+            del self.named[actor.spec.actor_name]
+
+    def get_actor(self, name: str):
+        actor_id = self.named.get(name)
+        if actor_id is None:
+            raise ValueError(f"Failed to look up actor with name '{name}'")
+        actor = self.actors[actor_id]
+        actor.pinned = True
+        return actor_id, actor.class_meta
+
+    # ------------------------------------------------------------------ cancel
+    def cancel(self, oid: int, force: bool) -> None:
+        spec = self.producers.get(oid)
+        if spec is None:
+            return
+        self.cancelled.add(spec.task_id)
+        error = _error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled"))
+        for queue in self.queues.values():
+            if spec in queue:
+                queue.remove(spec)
+                return self._finish(spec, error)
+        if spec.kind == "actor_call":
+            actor = self.actors.get(spec.actor_id)
+            if actor is not None and spec in actor.queue:
+                actor.queue.remove(spec)
+                self._finish(spec, error)
+            return
+        w = next((w for w in self.workers.values() if w.task is spec), None)
+        if w is None:   # still waiting for its arguments
+            return self._finish(spec, error)
+        self._signal(w, signal.SIGKILL if force else signal.SIGINT)
+
+    def _signal(self, w: WorkerProc, signum: int) -> None:
+        try:
+            os.kill(w.pid, signum)
+        except (OSError, TypeError):
+            pass
+
+    # ------------------------------------------------------------------ workers
+    def _spawn(self, device_ids: dict, key: tuple) -> WorkerProc:
+        index = next(self._worker_index)
+        ours, theirs = socket.socketpair()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": list(sys.path),
+                  "cwd": os.getcwd(), "job_id": self.job_id, "node_id": self.node_id,
+                  "env": accelerators.worker_env(device_ids, resources=self.accel_resources),
+                  "totals": self.res.total, "device_ids": self.res.device_ids}
+        try:
+            self.zygote.fork(config, [theirs.fileno(), out_w, err_w])
+        finally:
+            theirs.close()
+            os.close(out_w)
+            os.close(err_w)
+        ours.setblocking(False)
+        w = WorkerProc(index, Channel(ours), key, out_r, err_r)
+        self.workers[index] = w
+        self.sel.register(ours, selectors.EVENT_READ, lambda ev, w=w: self._on_worker(w, ev))
+        for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
+            os.set_blocking(fd, False)
+            self.sel.register(fd, selectors.EVENT_READ, lambda ev, w=w, fd=fd, s=stream: self._on_output(w, fd, s))
+        return w
+
+    def _on_output(self, w: WorkerProc, fd: int, stream: str) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        out = getattr(sys, stream)
+        if not data:
+            self.sel.unregister(fd)
+            os.close(fd)
+            data = b"\n" if w.partial.get(fd) else b""
+        text = w.partial.pop(fd, b"") + data
+        *lines, rest = text.split(b"\n")
+        if rest:
+            w.partial[fd] = rest
+        if lines:
+            prefix = f"({w.name} pid={w.pid}) "
+            try:
+                out.write("".join(prefix + line.decode(errors="replace") + "\n" for line in lines))
+                out.flush()
+            except (OSError, ValueError):
+                pass
+
+    def _on_worker(self, w: WorkerProc, events: int) -> None:
+        if events & selectors.EVENT_WRITE:
+            self.dirty_channels.add(w.chan)
+        if not events & selectors.EVENT_READ:
+            return
+        msgs = w.chan.feed()
+        if msgs is None:
+            return self._worker_gone(w)
+        for msg in msgs:
+            getattr(self, "_msg_" + msg[0])(w, *msg[1:])
+
+    def _worker_gone(self, w: WorkerProc) -> None:
+        self.sel.unregister(w.chan.sock)
+        w.chan.close()
+        self.dirty_channels.discard(w.chan)
+        self.workers.pop(w.index, None)
+        pool = self.idle.get(w.key)
+        if pool and w in pool:
+            pool.remove(w)
+        if w.actor is not None:
+            return self._actor_gone(w.actor)
+        spec, w.task = w.task, None
+        if spec is None:
+            return
+        self._unblock(w)
+        self.res.release(w.alloc)
+        if spec.task_id in self.cancelled:
+            self._finish(spec, _error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled")))
+        elif spec.max_retries != 0:
+            spec.max_retries -= 1
+            self._enqueue(spec)
+        else:
+            self._finish(spec, _error_value(exceptions.WorkerCrashedError(
+                f"the worker running {spec.name} (pid={w.pid}) died unexpectedly")))
+
+    def _unblock(self, w: WorkerProc) -> None:
+        if w.blocked:
+            self.res.adjust("CPU", -w.blocked)
+            w.blocked = 0
+
+    # -- messages from workers (dispatched by name: _msg_<kind>) --
+    def _msg_hello(self, w: WorkerProc, pid: int) -> None:
+        w.pid = pid
+        if w.kill_on_hello:
+            self._signal(w, signal.SIGKILL)
+
+    def _msg_done(self, w: WorkerProc, task_id: int, results: list) -> None:
+        if w.actor is not None:
+            actor = w.actor
+            spec = actor.inflight.pop(task_id, None)
+            if spec is None:   # the constructor
+                if results[0].is_error:
+                    actor.error = f"its constructor raised: {serialization.loads(results[0])}"
+                    actor.restarts_left = 0
+                    actor.exit_when_idle = True
+                    self._pump_actor(actor)
+                return
+            return self._finish(spec, results)
+        spec, w.task = w.task, None
+        self._unblock(w)
+        self.res.release(w.alloc)
+        w.alloc = None
+        w.calls += 1
+        if self.stopping or (w.max_calls and w.calls >= w.max_calls):
+            self._send(w, ("exit",))
+        else:
+            self.idle.setdefault(w.key, []).append(w)
+        self._finish(spec, results)
+
+    def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes) -> None:
+        self.submit(spec, fn_bytes)
+
+    def _msg_put(self, w: WorkerProc, oid: int, value) -> None:
+        self.put(oid, value)
+
+    def _msg_refs(self, w: WorkerProc, ops: list) -> None:
+        for op, oid in ops:
+            (self.pin if op == "pin" else self.release)(oid)
+
+    def _msg_get(self, w: WorkerProc, req: int, ids: list, timeout) -> None:
+        def reply(timed_out: bool, waiter=None):
+            self._unblock(w)
+            if timed_out:
+                payload = (False, exceptions.GetTimeoutError(f"get timed out after {timeout} s"))
+            elif waiter.infeasible_reason:
+                payload = (False, exceptions.InfeasibleTaskError(waiter.infeasible_reason))
+            elif waiter.lost_id is not None:
+                payload = (False, exceptions.ObjectLostError(f"object {waiter.lost_id:028x} was freed"))
+            else:
+                payload = (True, [self.objects[i].value for i in ids])
+            if w.index in self.workers:
+                self._send(w, ("reply", req, payload))
+        self._block_until(w, Waiter(reply), ids, timeout)
+
+    def _msg_wait(self, w: WorkerProc, req: int, ids: list, num_returns: int, timeout) -> None:
+        def reply(timed_out: bool, waiter=None):
+            self._unblock(w)
+            if w.index in self.workers:
+                self._send(w, ("reply", req, self.ready_ids(ids)))
+        self._block_until(w, Waiter(reply, num_returns), ids, timeout)
+
+    def _block_until(self, w: WorkerProc, waiter: Waiter, ids, timeout) -> None:
+        self.add_waiter(waiter, ids, timeout)
+        if not waiter.done and w.alloc is not None and not w.blocked:
+            cpu = w.alloc.resources.get("CPU", 0)
+            if cpu:   # a blocked worker gives its CPU back, so nested work cannot deadlock
+                self.res.adjust("CPU", cpu)
+                w.blocked = cpu
+
+    def ready_ids(self, ids) -> set[int]:
+        return {i for i in ids if (e := self.objects.get(i)) is not None and e.value is not None}
+
+    def _msg_kill(self, w: WorkerProc, actor_id: int, no_restart: bool) -> None:
+        self.kill(actor_id, no_restart)
+
+    def _msg_cancel(self, w: WorkerProc, oid: int, force: bool) -> None:
+        self.cancel(oid, force)
+
+    def _msg_get_actor(self, w: WorkerProc, req: int, name: str) -> None:
+        try:
+            payload = self.get_actor(name)
+        except ValueError as e:
+            payload = e
+        self._send(w, ("reply", req, payload))
+
+    def _msg_resources(self, w: WorkerProc, req: int) -> None:
+        self._send(w, ("reply", req, self.resource_view()))
+
+    def resource_view(self) -> tuple[dict, dict]:
+        avail = self.res.available()
+        return ({k: from_fixed(v) for k, v in self.res.total.items()},
+                {k: from_fixed(v) for k, v in avail.items() if v > 0 or k not in ("CPU",) and v > 0})
+
+    # ------------------------------------------------------------------ shutdown
+    def shutdown(self) -> None:
+        def begin():
+            self.stopping = True
+            for w in list(self.workers.values()):
+                if w.task is None and w.actor is None:
+                    self._send(w, ("exit",))
+        try:
+            self.call_sync(begin)
+        except Exception:
+            pass
+        self.zygote.close()            # kills every worker still running, removes segments
+        self.call(lambda: None)
+        self.thread.join(5)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and self._drain_output():
+            pass
+        serialization.remove_session_segments(self.session)
+        for w in list(self.workers.values()):
+            w.chan.close()
+        self.sel.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def _drain_output(self) -> bool:
+        """After the loop stopped: print what workers wrote last; True while pipes are open."""
+        keys = [k for k in self.sel.get_map().values() if isinstance(k.fileobj, int)]
+        for key in keys:
+            key.data(selectors.EVENT_READ)
+        return bool(keys)
+
+
+__all__ = ["Node", "SCALE"]

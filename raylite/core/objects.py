@@ -1,0 +1,86 @@
+"""ObjectRef and the per-process link to the runtime that owns the objects.
+
+Each live ObjectRef made by `.remote()` or `put` counts as one reference in the driver's object
+table; when it is garbage collected the count drops and the value (and its shared-memory segments)
+is freed at zero. A ref that is pickled (nested in an argument or a return value) escapes that
+accounting and pins its object until shutdown: raylite trades that leak for never losing a value.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+
+
+
+class _Process:
+    """Which client this process talks through, and how it mints ids."""
+
+    client = None          # DriverClient in the driver, WorkerClient in a worker
+    index = 0              # 0 for the driver; workers get 1, 2, ...
+    counter = itertools.count(1)
+
+
+process = _Process()
+
+
+def next_id() -> int:
+    """Ids unique in the session without a round trip: process index in the high bits."""
+    return (process.index << 40) | next(process.counter)
+
+
+class ObjectRef:
+    """A handle to a value that is, or will be, in the object table."""
+
+    __slots__ = ("id", "_tracked", "__weakref__")
+
+    def __init__(self, object_id: int, _tracked: bool = False):
+        self.id = object_id
+        self._tracked = _tracked
+
+    def hex(self) -> str:
+        return f"{self.id:028x}"
+
+    def binary(self) -> bytes:
+        return self.id.to_bytes(14, "big")
+
+    def task_id(self) -> str:
+        return self.hex()
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self.hex()})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ObjectRef) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __reduce__(self):
+        client = process.client
+        if client is not None:
+            client.pin(self.id)
+        return (ObjectRef, (self.id,))
+
+    def __del__(self):
+        if self._tracked:
+            client = process.client
+            if client is not None:
+                try:
+                    client.release(self.id)
+                except Exception:  # interpreter shutdown
+                    pass
+
+    def future(self):
+        """A concurrent.futures.Future resolved with the value (or the error)."""
+        from concurrent.futures import Future
+        fut: Future = Future()
+
+        def resolve():
+            from raylite.core import api
+            try:
+                fut.set_result(api.get(self))
+            except BaseException as e:  # noqa: BLE001 - handed to the future
+                fut.set_exception(e)
+
+        threading.Thread(target=resolve, daemon=True).start()
+        return fut

@@ -1,0 +1,139 @@
+"""Messages between the driver's node manager and its workers.
+
+Every worker talks to the driver over one end of a socketpair made by the driver and handed to
+the worker at fork time: nothing listens, so no other process can connect (the kernel is the
+authentication). Frames are a 4-byte length plus a pickle; the driver side is non-blocking and
+coalesces writes, the worker side blocks.
+"""
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+
+_HEADER = struct.Struct("<I")
+_READ_CHUNK = 1 << 18
+
+
+class TaskSpec:
+    """One unit of work: a task, an actor's creation, or an actor method call."""
+
+    __slots__ = ("kind", "task_id", "name", "args", "deps", "return_ids", "fn_id", "fn_bytes", "request",
+                 "max_calls", "max_retries", "actor_id", "method", "actor_name", "max_restarts",
+                 "schedule_request", "class_meta")
+
+    def __init__(self, kind: str, task_id: int, name: str, args, deps: tuple = (), return_ids: tuple = (),
+                 fn_id: str = "", fn_bytes: bytes | None = None, request: dict | None = None,
+                 max_calls: int = 0, max_retries: int = 0, *, actor_id: int = 0, method: str = "",
+                 actor_name: str | None = None, max_restarts: int = 0, schedule_request: dict | None = None,
+                 class_meta: tuple | None = None):
+        self.kind = kind                    # "task" | "actor_create" | "actor_call"
+        self.task_id = task_id
+        self.name = name                    # function, class or Class.method (for logs and errors)
+        self.args = args                    # Serialized (args, kwargs) with top-level refs as ArgRef
+        self.deps = deps                    # object ids of top-level ref arguments
+        self.return_ids = return_ids
+        self.fn_id = fn_id                  # function or class id (tasks and actor creation)
+        self.fn_bytes = fn_bytes
+        self.request = request or {}        # resources held while running (units)
+        self.max_calls = max_calls
+        self.max_retries = max_retries
+        self.actor_id = actor_id
+        self.method = method
+        self.actor_name = actor_name
+        self.max_restarts = max_restarts
+        self.schedule_request = schedule_request  # actors: what placement needs, if more than held
+        self.class_meta = class_meta              # actors: (class name, {method: num_returns})
+
+
+class ArgRef:
+    """Placeholder for a top-level ObjectRef argument; the worker swaps in the value."""
+
+    __slots__ = ("object_id",)
+
+    def __init__(self, object_id: int):
+        self.object_id = object_id
+
+
+def encode(msg) -> bytes:
+    data = pickle.dumps(msg, 5)
+    return _HEADER.pack(len(data)) + data
+
+
+class Channel:
+    """Framed pickles over a stream socket."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.rbuf = bytearray()
+        self.wbuf = bytearray()
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    # --- blocking side (workers) ---
+    def send(self, msg) -> None:
+        self.sock.sendall(encode(msg))
+
+    def recv(self):
+        """Next message, or None at end of stream."""
+        while True:
+            msg = self._pop()
+            if msg is not _INCOMPLETE:
+                return msg
+            chunk = self.sock.recv(_READ_CHUNK)
+            if not chunk:
+                return None
+            self.rbuf += chunk
+
+    # --- non-blocking side (the node manager) ---
+    def feed(self) -> list | None:
+        """Read what is available; return complete messages, or None at end of stream."""
+        try:
+            chunk = self.sock.recv(_READ_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        self.rbuf += chunk
+        out = []
+        while (msg := self._pop()) is not _INCOMPLETE:
+            out.append(msg)
+        return out
+
+    def queue(self, msg) -> None:
+        self.wbuf += encode(msg)
+
+    def flush(self) -> bool:
+        """Write what the socket takes now; True when nothing is left."""
+        while self.wbuf:
+            try:
+                n = self.sock.send(self.wbuf)
+            except (BlockingIOError, InterruptedError):
+                return False
+            except OSError:
+                self.wbuf.clear()
+                return True
+            del self.wbuf[:n]
+        return True
+
+    def _pop(self):
+        if len(self.rbuf) < 4:
+            return _INCOMPLETE
+        (size,) = _HEADER.unpack_from(self.rbuf)
+        if len(self.rbuf) < 4 + size:
+            return _INCOMPLETE
+        msg = pickle.loads(memoryview(self.rbuf)[4:4 + size])
+        del self.rbuf[:4 + size]
+        return msg
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+_INCOMPLETE = object()

@@ -1,0 +1,274 @@
+"""`@remote` functions and actor classes, `.options(...)`, and actor handles."""
+from __future__ import annotations
+
+import os
+import warnings
+
+from raylite.core import serialization
+from raylite.core.objects import ObjectRef, next_id, process
+from raylite.core.protocol import ArgRef, TaskSpec
+from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
+
+_RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
+_IGNORED_KEYS = {"scheduling_strategy", "runtime_env", "placement_group", "placement_group_bundle_index",
+                 "placement_group_capture_child_tasks", "object_store_memory", "_metadata", "label_selector",
+                 "enable_task_events", "_labels"}
+TASK_OPTIONS = _RESOURCE_KEYS | _IGNORED_KEYS | {"max_calls", "max_retries", "retry_exceptions", "num_returns",
+                                                 "name"}
+ACTOR_OPTIONS = _RESOURCE_KEYS | _IGNORED_KEYS | {"max_restarts", "max_task_retries", "max_concurrency", "name",
+                                                  "namespace", "lifetime", "get_if_exists",
+                                                  "max_pending_calls", "concurrency_groups"}
+
+
+def _check_int(options: dict, key: str, minimum: int) -> None:
+    value = options.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
+        raise ValueError(f"{key} must be an integer >= {minimum}, got {value!r}")
+
+
+def _validate(options: dict, allowed: set, what: str) -> dict:
+    for key in options:
+        if key not in allowed:
+            raise ValueError(f"Invalid option keyword {key!r} for {what}; valid options: {sorted(allowed)}")
+    for key, minimum in (("max_calls", 0), ("num_returns", 0), ("max_concurrency", 1)):
+        _check_int(options, key, minimum)
+    for key in ("max_retries", "max_restarts", "max_task_retries"):
+        _check_int(options, key, -1)
+    return options
+
+
+def _request(options: dict, default_cpus: float) -> dict:
+    return normalize_request(num_cpus=options.get("num_cpus"), num_gpus=options.get("num_gpus"),
+                             resources=options.get("resources"), memory=options.get("memory"),
+                             accelerator_type=options.get("accelerator_type"), default_cpus=default_cpus)
+
+
+def _client():
+    if process.client is None:
+        from raylite.core import api
+        api.init()
+    return process.client
+
+
+def _pack_args(name: str, args: tuple, kwargs: dict, prefix: str):
+    """Serialize arguments, swapping top-level ObjectRefs for placeholders the worker resolves."""
+    deps = []
+    if any(type(a) is ObjectRef for a in args) or any(type(v) is ObjectRef for v in kwargs.values()):
+        def swap(v):
+            if type(v) is ObjectRef:
+                deps.append(v.id)
+                return ArgRef(v.id)
+            return v
+        args = tuple(swap(a) for a in args)
+        kwargs = {k: swap(v) for k, v in kwargs.items()}
+    try:
+        return serialization.dumps((args, kwargs), prefix), tuple(deps)
+    except Exception as e:
+        raise TypeError(f"Could not serialize the arguments of {name}: {e}") from e
+
+
+def _pickled(obj, name: str) -> bytes:
+    try:
+        return serialization.dumps_function(obj)
+    except Exception as e:
+        raise TypeError(f"Could not serialize {name} to send it to a worker: {e}") from e
+
+
+def _warn_if_infeasible(client, name: str, request: dict) -> None:
+    model = client.resources_model
+    if not model.feasible(request):
+        warnings.warn(f"{name} asks for {model.describe(request)} but this node only has "
+                      f"{model.describe(model.total)}; it will never be scheduled and get() on it "
+                      f"raises InfeasibleTaskError.", UserWarning, stacklevel=4)
+
+
+def _uses_accelerators(request: dict) -> bool:
+    return any(request.get(r, 0) > 0 for r in ACCELERATOR_RESOURCES)
+
+
+class _Options:
+    """What `.options(...)` returns: the same callable with overridden options."""
+
+    def __init__(self, target, options: dict):
+        self._target, self._options = target, options
+
+    def remote(self, *args, **kwargs):
+        return self._target._remote(args, kwargs, self._options)
+
+
+class RemoteFunction:
+    def __init__(self, function, options: dict):
+        self._function = function
+        self._name = getattr(function, "__name__", "task")
+        self._options = _validate(dict(options), TASK_OPTIONS, "remote functions")
+        self._request = _request(self._options, 1.0)
+        self._fn_id = os.urandom(8).hex()
+        self._bytes: bytes | None = None
+        self.__doc__ = getattr(function, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"Remote functions cannot be called directly. Instead of running "
+                        f"'{self._name}()', try '{self._name}.remote()'.")
+
+    def __reduce__(self):
+        return (RemoteFunction, (self._function, self._options))
+
+    def options(self, **options) -> _Options:
+        merged = _validate({**self._options, **options}, TASK_OPTIONS, "remote functions")
+        if options.keys() & _RESOURCE_KEYS:
+            _request(merged, 1.0)   # validate now, not at .remote()
+        return _Options(self, merged)
+
+    def remote(self, *args, **kwargs):
+        return self._remote(args, kwargs, self._options)
+
+    def _remote(self, args, kwargs, options: dict):
+        client = _client()
+        request = self._request if options is self._options else _request(options, 1.0)
+        name = options.get("name") or self._name
+        if self._bytes is None:
+            self._bytes = _pickled(self._function, f"function {self._name}")
+        num_returns = options.get("num_returns", 1)
+        max_calls = options.get("max_calls")
+        if max_calls is None:   # accelerator tasks get a fresh process: frameworks never free device memory
+            max_calls = 1 if _uses_accelerators(request) else 0
+        max_retries = options.get("max_retries")
+        args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
+        spec = TaskSpec("task", next_id(), name, args_ser, deps, tuple(next_id() for _ in range(num_returns)),
+                        self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries)
+        _warn_if_infeasible(client, name, request)
+        client.submit(spec, self._bytes)
+        refs = [ObjectRef(i, True) for i in spec.return_ids]
+        if num_returns == 1:
+            return refs[0]
+        return refs or None
+
+
+def method(*, num_returns: int = 1, **_ignored):
+    """`@ray.method(num_returns=N)` on actor methods."""
+    def decorate(fn):
+        fn.__ray_num_returns__ = num_returns
+        return fn
+    return decorate
+
+
+def _methods(cls) -> dict[str, int]:
+    out = {}
+    for name in dir(cls):
+        if name.startswith("__") and name != "__call__":
+            continue
+        attr = getattr(cls, name, None)
+        if callable(attr):
+            out[name] = getattr(attr, "__ray_num_returns__", 1)
+    return out
+
+
+class ActorClass:
+    def __init__(self, cls, options: dict):
+        self._cls = cls
+        self._name = cls.__name__
+        self._options = _validate(dict(options), ACTOR_OPTIONS, "actors")
+        _request(self._options, 0.0)
+        self._fn_id = os.urandom(8).hex()
+        self._bytes: bytes | None = None
+        self._meta = (self._name, _methods(cls))
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"Actors cannot be instantiated directly. Instead of '{self._name}()', "
+                        f"use '{self._name}.remote()'.")
+
+    def __reduce__(self):
+        return (ActorClass, (self._cls, self._options))
+
+    def options(self, **options) -> _Options:
+        merged = _validate({**self._options, **options}, ACTOR_OPTIONS, "actors")
+        _request(merged, 0.0)
+        return _Options(self, merged)
+
+    def remote(self, *args, **kwargs) -> ActorHandle:
+        return self._remote(args, kwargs, self._options)
+
+    def _remote(self, args, kwargs, options: dict) -> ActorHandle:
+        client = _client()
+        name = options.get("name")
+        if name is not None and options.get("get_if_exists"):
+            try:
+                actor_id, meta = client.get_actor(name)
+                return ActorHandle(actor_id, meta, False)
+            except ValueError:
+                pass
+        request = _request(options, 0.0)   # held while alive: 0 CPU unless asked for
+        schedule = None
+        if options.get("num_cpus") is None:
+            schedule = {**request, "CPU": SCALE}   # placement needs a CPU free, as in Ray
+        if self._bytes is None:
+            self._bytes = _pickled(self._cls, f"actor class {self._name}")
+        args_ser, deps = _pack_args(self._name, args, kwargs, client.shm_prefix)
+        restarts = options.get("max_restarts") or 0
+        spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
+                        actor_id=0, actor_name=name, max_restarts=restarts, schedule_request=schedule,
+                        class_meta=self._meta)
+        spec.actor_id = spec.task_id
+        _warn_if_infeasible(client, self._name, schedule or request)
+        client.submit(spec, self._bytes)
+        return ActorHandle(spec.actor_id, self._meta, True)
+
+
+class ActorHandle:
+    """Calls on an actor: `handle.method.remote(...)`. Picklable, so tasks can use it."""
+
+    def __init__(self, actor_id: int, meta: tuple, _tracked: bool = False):
+        self._actor_id = actor_id
+        self._class_name, self._methods = meta
+        self._tracked = _tracked
+
+    def __getattr__(self, name: str):
+        methods = self.__dict__.get("_methods", {})
+        if name in methods:
+            return ActorMethod(self, name, methods[name])
+        raise AttributeError(f"'{self.__dict__.get('_class_name', 'Actor')}' actor has no method {name!r}")
+
+    def __reduce__(self):
+        if process.client is not None:
+            process.client.pin(self._actor_id)
+        return (ActorHandle, (self._actor_id, (self._class_name, self._methods)))
+
+    def __repr__(self) -> str:
+        return f"Actor({self._class_name}, {self._actor_id:028x})"
+
+    def __del__(self):
+        if self.__dict__.get("_tracked") and process.client is not None:
+            try:
+                process.client.release(self._actor_id)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+class ActorMethod:
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int):
+        self._handle, self._name, self._num_returns = handle, name, num_returns
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"Actor methods cannot be called directly. Instead of running "
+                        f"'{self._name}()', try '{self._name}.remote()'.")
+
+    def options(self, **options) -> _Options:
+        _validate(options, {"num_returns", "name", "max_task_retries", "concurrency_group"}, "actor methods")
+        return _Options(self, options)
+
+    def remote(self, *args, **kwargs):
+        return self._remote(args, kwargs, {})
+
+    def _remote(self, args, kwargs, options: dict):
+        client = _client()
+        handle = self._handle
+        name = f"{handle._class_name}.{self._name}"
+        num_returns = options.get("num_returns", self._num_returns)
+        args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
+        spec = TaskSpec("actor_call", next_id(), name, args_ser, deps,
+                        tuple(next_id() for _ in range(num_returns)), actor_id=handle._actor_id, method=self._name)
+        client.submit(spec, None)
+        refs = [ObjectRef(i, True) for i in spec.return_ids]
+        if num_returns == 1:
+            return refs[0]
+        return refs or None

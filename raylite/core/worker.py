@@ -1,0 +1,230 @@
+"""A worker process: one loop that runs tasks or hosts one actor, and the client its user code
+uses for nested `.remote()`, `get`, `wait` and `put` calls (all through the driver)."""
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import traceback
+from collections import deque
+
+from raylite import exceptions
+from raylite.core import context, objects, serialization
+from raylite.core.protocol import ArgRef, Channel, TaskSpec
+from raylite.core.resources import NodeResources
+
+
+class WorkerClient:
+    """The runtime as seen from inside a worker: requests over the control socket."""
+
+    def __init__(self, chan: Channel, shm_prefix: str, resources_model: NodeResources):
+        self.chan = chan
+        self.shm_prefix = shm_prefix
+        self.resources_model = resources_model   # the node's totals, for feasibility warnings
+        self.inbox: deque = deque()       # driver messages that arrived while waiting for a reply
+        self.lock = threading.RLock()
+        self.refops: list = []            # (op, object id) from pickling and GC, sent in order
+        self.sent_functions: set[str] = set()
+        self.req_ids = itertools.count(1)
+
+    # -- plumbing --
+    def send(self, msg) -> None:
+        with self.lock:
+            self._flush_refops()
+            self.chan.send(msg)
+
+    def _flush_refops(self) -> None:
+        if self.refops:
+            ops, self.refops = self.refops, []
+            self.chan.send(("refs", ops))
+
+    def request(self, msg_kind: str, *args):
+        with self.lock:
+            req = next(self.req_ids)
+            self._flush_refops()
+            self.chan.send((msg_kind, req) + args)
+            while True:
+                msg = self.chan.recv()
+                if msg is None:
+                    os._exit(1)  # the driver is gone
+                if msg[0] == "reply" and msg[1] == req:
+                    return msg[2]
+                self.inbox.append(msg)
+
+    def next_message(self):
+        if self.inbox:
+            return self.inbox.popleft()
+        with self.lock:
+            self._flush_refops()
+        return self.chan.recv()
+
+    # -- the client interface shared with the driver --
+    def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
+        if fn_bytes is not None and spec.fn_id in self.sent_functions:
+            fn_bytes = None
+        self.send(("submit", spec, fn_bytes))
+        self.sent_functions.add(spec.fn_id)
+
+    def put(self, object_id: int, ser) -> None:
+        self.send(("put", object_id, ser))
+
+    def get(self, ids: list[int], timeout: float | None) -> list:
+        ok, payload = self.request("get", ids, timeout)
+        if not ok:
+            raise payload
+        return payload
+
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
+        return self.request("wait", ids, num_returns, timeout)
+
+    def pin(self, object_id: int) -> None:
+        self.refops.append(("pin", object_id))
+
+    def release(self, object_id: int) -> None:
+        self.refops.append(("release", object_id))
+
+    def kill(self, actor_id: int, no_restart: bool) -> None:
+        self.send(("kill", actor_id, no_restart))
+
+    def cancel(self, object_id: int, force: bool) -> None:
+        self.send(("cancel", object_id, force))
+
+    def get_actor(self, name: str):
+        return self.request("get_actor", name)
+
+    def resources(self) -> tuple[dict, dict]:
+        return self.request("resources")
+
+
+class _Executor:
+    """Runs the driver's "run" messages; holds the function cache and the actor instance."""
+
+    def __init__(self, client: WorkerClient):
+        self.client = client
+        self.functions: dict[str, object] = {}
+        self.actor = None
+        self.actor_error: BaseException | None = None
+        self.loop = None
+        self.running = False
+
+    def run(self, spec: TaskSpec, fn_bytes: bytes | None, deps: dict, assigned: dict, accel: dict):
+        if fn_bytes is not None:
+            self.functions[spec.fn_id] = serialization.loads(serialization.Serialized(fn_bytes))
+        context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
+                            assigned=assigned, accelerator_ids=accel)
+        try:
+            self.running = True
+            value = self._call(spec, deps)
+            self.running = False
+            results = self._pack(spec, value)
+        except KeyboardInterrupt:
+            self.running = False
+            err = exceptions.TaskCancelledError(f"task {spec.name} was cancelled")
+            results = [serialization.dumps(err, None, is_error=True)] * max(1, len(spec.return_ids))
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
+            self.running = False
+            results = [_error(spec.name, e)] * max(1, len(spec.return_ids))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        self.client.send(("done", spec.task_id, results))
+
+    def _call(self, spec: TaskSpec, deps: dict):
+        args, kwargs = serialization.loads(spec.args)
+        if deps:
+            values = {oid: _value(ser) for oid, ser in deps.items()}
+            args = [values[a.object_id] if type(a) is ArgRef else a for a in args]
+            kwargs = {k: values[v.object_id] if type(v) is ArgRef else v for k, v in kwargs.items()}
+        if spec.kind == "task":
+            result = self.functions[spec.fn_id](*args, **kwargs)
+        elif spec.kind == "actor_create":
+            self.actor = self.functions[spec.fn_id](*args, **kwargs)
+            return None
+        else:
+            if self.actor is None:
+                raise exceptions.ActorDiedError(f"actor of {spec.name} is not running")
+            result = getattr(self.actor, spec.method)(*args, **kwargs)
+        if hasattr(result, "__await__") and type(result).__name__ == "coroutine":   # async def method
+            import asyncio
+            self.loop = self.loop or asyncio.new_event_loop()
+            result = self.loop.run_until_complete(result)
+        return result
+
+    def _pack(self, spec: TaskSpec, value) -> list:
+        n = len(spec.return_ids)
+        if n <= 1:
+            return [serialization.dumps(value, self.client.shm_prefix)]
+        if not isinstance(value, (tuple, list)) or len(value) != n:
+            raise ValueError(f"{spec.name} declared num_returns={n} but returned {type(value).__name__}"
+                             f" of length {len(value) if hasattr(value, '__len__') else 'n/a'}")
+        return [serialization.dumps(v, self.client.shm_prefix) for v in value]
+
+
+def _value(ser):
+    value = serialization.loads(ser)
+    if ser.is_error:
+        raise _raisable(value)
+    return value
+
+
+def _raisable(err: BaseException) -> BaseException:
+    return err.as_instanceof_cause() if isinstance(err, exceptions.RayTaskError) else err
+
+
+def _error(name: str, e: BaseException):
+    if isinstance(e, exceptions.RayTaskError) and type(e) is not exceptions.RayTaskError:
+        cause = e.cause  # a nested task's error: keep the original cause, add this frame's trace
+    else:
+        cause = e
+    err = exceptions.RayTaskError(name, traceback.format_exc(), cause, os.getpid())
+    try:
+        return serialization.dumps(err, None, is_error=True)
+    except Exception:  # an unpicklable exception: keep its text and traceback
+        return serialization.dumps(exceptions.RayTaskError(name, traceback.format_exc(), None, os.getpid()),
+                                   None, is_error=True)
+
+
+def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
+    """Entry point in a freshly forked worker (called by the zygote)."""
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    os.close(out_fd)
+    os.close(err_fd)
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)
+    for key, value in config["env"].items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    sys.path[:] = config["sys_path"]
+    try:
+        os.chdir(config["cwd"])
+    except OSError:
+        pass
+    random.seed()
+    chan = Channel(socket.socket(fileno=ctrl_fd))
+    client = WorkerClient(chan, config["shm_prefix"], NodeResources(config["totals"], config["device_ids"]))
+    objects.process.client = client
+    objects.process.index = config["index"]
+    context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"])
+    executor = _Executor(client)
+
+    def interrupt(signum, frame):  # cancel(): only interrupts a running task
+        if executor.running:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    chan.send(("hello", os.getpid()))
+    while True:
+        msg = client.next_message()
+        if msg is None or msg[0] == "exit":
+            break
+        if msg[0] == "run":
+            executor.run(*msg[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()

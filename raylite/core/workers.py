@@ -1,0 +1,109 @@
+"""Records the node manager keeps: worker processes, actors, object entries and waiters."""
+from __future__ import annotations
+
+from collections import deque
+
+from raylite.core.protocol import Channel, TaskSpec
+
+
+class WorkerProc:
+    """A worker process as the driver sees it."""
+
+    __slots__ = ("index", "chan", "key", "out_fd", "err_fd", "pid", "task", "alloc", "actor", "name",
+                 "calls", "max_calls", "blocked", "functions", "kill_on_hello", "partial")
+
+    def __init__(self, index: int, chan: Channel, key: tuple, out_fd: int, err_fd: int):
+        self.index, self.chan, self.key = index, chan, key
+        self.out_fd, self.err_fd = out_fd, err_fd
+        self.pid: int | None = None
+        self.task: TaskSpec | None = None     # the task it runs (task workers)
+        self.alloc = None                     # resources it holds
+        self.actor: Actor | None = None       # the actor it hosts (actor workers)
+        self.name = "worker"                  # prefix for its output lines
+        self.calls = 0
+        self.max_calls = 0
+        self.blocked = 0                      # CPU units lent back while it waits in get/wait
+        self.functions: set[str] = set()      # function ids already sent to it
+        self.kill_on_hello = False
+        self.partial: dict[int, bytes] = {}   # unfinished output line per pipe
+
+
+class Actor:
+    __slots__ = ("spec", "worker", "state", "queue", "inflight", "restarts_left", "error", "refs",
+                 "pinned", "exit_when_idle", "waiting_deps", "class_meta")
+
+    def __init__(self, spec: TaskSpec, class_meta=None):
+        self.spec = spec
+        self.worker = None
+        self.state = "PENDING"          # PENDING -> ALIVE -> (RESTARTING -> ALIVE)* -> DEAD
+        self.queue: deque[TaskSpec] = deque()   # calls not yet sent, in submission order
+        self.inflight: dict[int, TaskSpec] = {}
+        self.restarts_left = spec.max_restarts
+        self.error: str | None = None
+        self.refs = 1
+        self.pinned = False
+        self.exit_when_idle = False
+        self.waiting_deps = False
+        self.class_meta = class_meta
+
+
+class ObjectEntry:
+    __slots__ = ("value", "refs", "pinned", "waiters", "infeasible")
+
+    def __init__(self, value=None):
+        self.value = value             # Serialized once ready
+        self.refs = 1                  # live ObjectRefs plus tasks using it as an argument
+        self.pinned = False            # a ref escaped by pickling: keep until shutdown
+        self.waiters: list[Waiter] = []
+        self.infeasible: str | None = None
+
+
+class Waiter:
+    """Fires its callback once enough of its objects are ready, or on timeout, loss or infeasibility.
+
+    Only the node thread touches a waiter; `arm` counts what was ready when it was registered.
+    """
+
+    __slots__ = ("want", "needed", "callback", "done", "armed", "is_get", "infeasible_reason", "lost_id")
+
+    def __init__(self, callback, want: int | None = None):
+        self.want = want                 # None: all of them (get); else num_returns (wait)
+        self.is_get = want is None       # for get, an infeasible or lost object ends the wait
+        self.needed = 0
+        self.callback = callback
+        self.done = False
+        self.armed = False
+        self.infeasible_reason: str | None = None
+        self.lost_id: int | None = None
+
+    def arm(self, ready: int, total: int) -> None:
+        self.needed = (total if self.want is None else min(self.want, total)) - ready
+        self.armed = True
+        self._check()
+
+    def hit(self) -> None:
+        if self.armed:
+            self.needed -= 1
+            self._check()
+
+    def _check(self) -> None:
+        if not self.done and (self.needed <= 0 or self.infeasible_reason or self.lost_id is not None):
+            self._fire(False)
+
+    def infeasible(self, reason: str) -> None:
+        if self.is_get:
+            self.infeasible_reason = reason
+            if self.armed:
+                self._check()
+
+    def lost(self, oid: int) -> None:
+        if self.is_get:
+            self.lost_id = oid
+
+    def expire(self) -> None:
+        if not self.done:
+            self._fire(True)
+
+    def _fire(self, timed_out: bool) -> None:
+        self.done = True
+        self.callback(timed_out, self)

@@ -1,0 +1,116 @@
+"""The zygote: a small pre-imported process that forks workers in a few milliseconds.
+
+The driver runs threads and may have touched devices, so it never forks itself. Instead it starts
+this process once per session (new session id, so a terminal's Ctrl-C reaches only the driver)
+and asks it, over a SOCK_SEQPACKET pair, to fork a worker; the request carries the worker's three
+descriptors (control socket, stdout pipe, stderr pipe) and the environment to set before any user
+code runs. When the driver goes away, the zygote kills its workers, removes the session's
+shared-memory segments and exits; workers die with the zygote (PR_SET_PDEATHSIG).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import sys
+import time
+
+_MAX_REQUEST = 1 << 20
+
+
+class Zygote:
+    """Driver-side handle: start the zygote and ask it for workers."""
+
+    def __init__(self, session: str):
+        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p])
+        os.set_inheritable(child.fileno(), True)
+        try:   # posix_spawn: no fork of this (threaded) process, and cheaper than subprocess
+            self.pid = os.posix_spawn(
+                sys.executable, [sys.executable, "-m", "raylite.core.zygote", str(child.fileno()), session],
+                env, setsid=True, file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
+        finally:
+            child.close()
+
+    def fork(self, config: dict, fds: list[int]) -> None:
+        socket.send_fds(self.sock, [pickle.dumps(config)], fds)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Closing its socket tells the zygote to kill the workers and exit; wait for that."""
+        self.sock.close()
+        deadline = time.monotonic() + timeout
+        while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+                return
+            time.sleep(0.002)
+
+
+def _set_parent_death_signal() -> None:
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _serve(sock: socket.socket, session: str) -> None:
+    from raylite.core import serialization, worker  # preload what every worker needs
+    serialization._pickler()
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children are reaped automatically
+    me = os.getpid()
+    children: list[int] = []
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            break
+        config = pickle.loads(data)
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _set_parent_death_signal()
+            if os.getppid() != me:
+                os._exit(1)
+            code = 1
+            try:
+                worker.run(config, *fds)
+                code = 0
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+        children = [c for c in children if _alive(c)] + [pid]
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        while True:
+            os.waitpid(-1, 0)
+    except ChildProcessError:
+        pass
+    serialization.remove_session_segments(session)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    _serve(socket.socket(fileno=int(sys.argv[1])), sys.argv[2])

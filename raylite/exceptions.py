@@ -1,0 +1,108 @@
+"""Exceptions with Ray's names, so `except ray.exceptions.X` code ports unchanged."""
+from __future__ import annotations
+
+
+class RayError(Exception):
+    """Base of every error raylite raises on behalf of a task, actor or the runtime."""
+
+
+class RaySystemError(RayError):
+    """The runtime itself failed (not user code)."""
+
+
+class RayTaskError(RayError):
+    """A task raised; carries the remote traceback and the task's name.
+
+    `get` re-raises it as an instance of both this class and the user's exception class
+    (see `as_instanceof_cause`), so `except ValueError` still catches a remote ValueError.
+    """
+
+    def __init__(self, function_name: str, traceback_str: str, cause: BaseException | None = None,
+                 pid: int | None = None):
+        self.function_name = function_name
+        self.traceback_str = traceback_str
+        self.cause = cause
+        self.pid = pid
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = f" (pid={self.pid})" if self.pid else ""
+        return f"{self.function_name}(){where} raised:\n\n{self.traceback_str.rstrip()}"
+
+    def __str__(self) -> str:
+        return self._message()
+
+    def __reduce__(self):
+        return (RayTaskError, (self.function_name, self.traceback_str, self.cause, self.pid))
+
+    def as_instanceof_cause(self) -> RayTaskError:
+        """An exception that is both a RayTaskError and an instance of the cause's class."""
+        cause_cls = type(self.cause) if self.cause is not None else None
+        if cause_cls is None or issubclass(cause_cls, RayTaskError) or not _subclassable(cause_cls):
+            return self
+        derived = _derived_class(cause_cls)
+        err = derived.__new__(derived)
+        err.function_name, err.traceback_str = self.function_name, self.traceback_str
+        err.cause, err.pid = self.cause, self.pid
+        err.args = (self._message(),)
+        err.__dict__.update(getattr(self.cause, "__dict__", {}))
+        return err
+
+
+_derived: dict[type, type] = {}
+
+
+def _subclassable(cls: type) -> bool:
+    try:
+        type("probe", (RayTaskError, cls), {})
+        return True
+    except TypeError:
+        return False
+
+
+def _derived_class(cause_cls: type) -> type:
+    cls = _derived.get(cause_cls)
+    if cls is None:
+        def __init__(self, *args, **kwargs):  # instances are built by as_instanceof_cause
+            Exception.__init__(self, *args)
+
+        def __reduce__(self):
+            return (_rebuild_derived, (self.function_name, self.traceback_str, self.cause, self.pid))
+
+        cls = type(f"RayTaskError({cause_cls.__name__})", (RayTaskError, cause_cls),
+                   {"__init__": __init__, "__reduce__": __reduce__, "__str__": RayTaskError.__str__,
+                    "__module__": __name__})
+        _derived[cause_cls] = cls
+    return cls
+
+
+def _rebuild_derived(function_name, traceback_str, cause, pid):
+    return RayTaskError(function_name, traceback_str, cause, pid).as_instanceof_cause()
+
+
+class GetTimeoutError(RayError, TimeoutError):
+    """`get` or `wait` ran past its timeout."""
+
+
+class WorkerCrashedError(RayError):
+    """The worker process running a task died (after all retries)."""
+
+
+class RayActorError(RayError):
+    """An actor cannot run the call: it died, was killed or failed to start."""
+
+
+class ActorDiedError(RayActorError):
+    """The actor's process is gone (crashed, killed, or its constructor raised)."""
+
+
+class TaskCancelledError(RayError):
+    """The task was cancelled with `cancel()` before it finished."""
+
+
+class InfeasibleTaskError(RayError):
+    """The task or actor asks for more than this node has, so it can never be scheduled."""
+
+
+class ObjectLostError(RayError):
+    """The object's value is gone (freed or its producer failed irrecoverably)."""
