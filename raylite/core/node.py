@@ -23,6 +23,9 @@ from raylite.core.workers import Actor, ObjectEntry, Waiter, WorkerProc
 from raylite.core.zygote import Zygote
 
 
+PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipelined to busy workers
+
+
 def _error_value(err: BaseException):
     return serialization.dumps(err, None, is_error=True)
 
@@ -47,6 +50,7 @@ class Node:
         self.queues: dict[tuple, deque[TaskSpec]] = {}
         self.producers: dict[int, TaskSpec] = {}   # first return id -> pending or running task
         self.cancelled: set[int] = set()
+        self.fn_time: dict[str, float] = {}        # function id -> typical run time (s)
         self.actors: dict[int, Actor] = {}
         self.named: dict[str, int] = {}
         self.timers: list = []
@@ -188,8 +192,12 @@ class Node:
 
     def _free(self, oid: int) -> None:
         entry = self.objects.pop(oid)
-        if entry.value is not None:
-            serialization.unlink_segments(entry.value.segments())
+        names = entry.value.segments() if entry.value is not None else None
+        if names:
+            serialization.unlink_segments(names)
+            serialization.mappings.forget(names)
+            for w in self.workers.values():
+                self._send(w, ("forget", names))
 
     # ------------------------------------------------------------------ submission
     def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
@@ -251,6 +259,10 @@ class Node:
         key = tuple(sorted((spec.schedule_request or spec.request).items()))
         self.queues.setdefault(key, deque()).append(spec)
 
+    def _requeue(self, spec: TaskSpec) -> None:
+        key = tuple(sorted((spec.schedule_request or spec.request).items()))
+        self.queues.setdefault(key, deque()).appendleft(spec)
+
     def _schedule(self) -> None:
         for key in list(self.queues):
             queue = self.queues[key]
@@ -264,8 +276,26 @@ class Node:
                     self.res.release(alloc)
                     alloc = self.res.try_acquire(spec.request)
                 self._start(spec, alloc)
+            if queue and queue[0].kind == "task":
+                self._prefetch(queue)
             if not queue:
                 del self.queues[key]
+
+    def _prefetch(self, queue: deque) -> None:
+        """Send a queued tiny task to a worker busy with the same function, so it starts without
+        a round trip through this thread. Resources pass from one task to the next unchanged."""
+        fn_id, request = queue[0].fn_id, queue[0].request
+        if self.fn_time.get(fn_id, 1.0) > PREFETCH_BELOW_S:
+            return
+        for w in self.workers.values():
+            if not queue or queue[0].fn_id != fn_id:
+                return
+            t = w.task
+            if (t is None or w.next is not None or w.blocked or t.fn_id != fn_id or t.request != request
+                    or (w.max_calls and w.calls + 2 > w.max_calls)):
+                continue
+            w.next = queue.popleft()
+            self._run_on(w, w.next)
 
     def _start(self, spec: TaskSpec, alloc) -> None:
         key = tuple(sorted((k, tuple(v)) for k, v in alloc.device_ids.items()))
@@ -279,6 +309,7 @@ class Node:
         pool = self.idle.get(key)
         w = pool.pop() if pool else self._spawn(alloc.device_ids, key)
         w.task, w.alloc, w.name, w.max_calls = spec, alloc, spec.name, spec.max_calls
+        w.started = time.monotonic()
         self._run_on(w, spec)
 
     def _run_on(self, w: WorkerProc, spec: TaskSpec) -> None:
@@ -294,11 +325,14 @@ class Node:
 
     def _finish(self, spec: TaskSpec, results) -> None:
         """Store a task's results (one value or a list) and drop its argument pins."""
+        if spec.task_id in self.cancelled:   # cancel() came first: the caller gets the cancellation
+            self.cancelled.discard(spec.task_id)
+            if not (isinstance(results, list) and results and results[0].is_error):
+                results = _error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled"))
         if not isinstance(results, list):
             results = [results] * len(spec.return_ids)
         if spec.return_ids:
             self.producers.pop(spec.return_ids[0], None)
-        self.cancelled.discard(spec.task_id)
         for oid, value in zip(spec.return_ids, results):
             self._set_value(oid, value)
         for dep in spec.deps:
@@ -407,10 +441,27 @@ class Node:
                 actor.queue.remove(spec)
                 self._finish(spec, error)
             return
-        w = next((w for w in self.workers.values() if w.task is spec), None)
+        w = next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
         if w is None:   # still waiting for its arguments
             return self._finish(spec, error)
+        if w.next is spec:
+            return self._recall(w)
         self._signal(w, signal.SIGKILL if force else signal.SIGINT)
+
+    def _recall(self, w: WorkerProc) -> None:
+        if not w.recalling:
+            w.recalling = True
+            self._send(w, ("unprefetch", w.next.task_id))
+
+    def _msg_unprefetched(self, w: WorkerProc, task_id: int, found: bool) -> None:
+        w.recalling = False
+        spec = w.next
+        if found and spec is not None and spec.task_id == task_id:
+            w.next = None
+            if spec.task_id in self.cancelled:
+                self._finish(spec, [])
+            else:
+                self._requeue(spec)
 
     def _signal(self, w: WorkerProc, signum: int) -> None:
         try:
@@ -488,6 +539,9 @@ class Node:
             pool.remove(w)
         if w.actor is not None:
             return self._actor_gone(w.actor)
+        if w.next is not None:
+            self._requeue(w.next)
+            w.next = None
         spec, w.task = w.task, None
         if spec is None:
             return
@@ -526,14 +580,20 @@ class Node:
                 return
             return self._finish(spec, results)
         spec, w.task = w.task, None
-        self._unblock(w)
-        self.res.release(w.alloc)
-        w.alloc = None
+        now = time.monotonic()
+        took = now - w.started
+        self.fn_time[spec.fn_id] = 0.8 * self.fn_time.get(spec.fn_id, took) + 0.2 * took
         w.calls += 1
-        if self.stopping or (w.max_calls and w.calls >= w.max_calls):
-            self._send(w, ("exit",))
+        self._unblock(w)
+        if w.next is not None:   # the prefetched task is already running on the same resources
+            w.task, w.next, w.started = w.next, None, now
         else:
-            self.idle.setdefault(w.key, []).append(w)
+            self.res.release(w.alloc)
+            w.alloc = None
+            if self.stopping or (w.max_calls and w.calls >= w.max_calls):
+                self._send(w, ("exit",))
+            else:
+                self.idle.setdefault(w.key, []).append(w)
         self._finish(spec, results)
 
     def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes) -> None:
@@ -570,6 +630,8 @@ class Node:
 
     def _block_until(self, w: WorkerProc, waiter: Waiter, ids, timeout) -> None:
         self.add_waiter(waiter, ids, timeout)
+        if not waiter.done and w.next is not None:   # it may wait on the task queued behind it
+            self._recall(w)
         if not waiter.done and w.alloc is not None and not w.blocked:
             cpu = w.alloc.resources.get("CPU", 0)
             if cpu:   # a blocked worker gives its CPU back, so nested work cannot deadlock

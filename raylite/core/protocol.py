@@ -45,6 +45,16 @@ class TaskSpec:
         self.schedule_request = schedule_request  # actors: what placement needs, if more than held
         self.class_meta = class_meta              # actors: (class name, {method: num_returns})
 
+    def __reduce__(self):   # a flat tuple pickles several times faster than slot state
+        return (_spec_from_tuple, (tuple(getattr(self, s) for s in self.__slots__),))
+
+
+def _spec_from_tuple(values: tuple) -> TaskSpec:
+    spec = TaskSpec.__new__(TaskSpec)
+    for slot, value in zip(TaskSpec.__slots__, values):
+        setattr(spec, slot, value)
+    return spec
+
 
 class ArgRef:
     """Placeholder for a top-level ObjectRef argument; the worker swaps in the value."""

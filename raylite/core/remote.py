@@ -62,7 +62,7 @@ def _pack_args(name: str, args: tuple, kwargs: dict, prefix: str):
         args = tuple(swap(a) for a in args)
         kwargs = {k: swap(v) for k, v in kwargs.items()}
     try:
-        return serialization.dumps((args, kwargs), prefix), tuple(deps)
+        return serialization.dumps_args(args, kwargs, prefix), tuple(deps)
     except Exception as e:
         raise TypeError(f"Could not serialize the arguments of {name}: {e}") from e
 

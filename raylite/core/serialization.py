@@ -52,16 +52,64 @@ def _write_segment(prefix: str, raw: memoryview) -> tuple[str, int]:
     return (name, raw.nbytes)
 
 
-def map_segment(name: str, size: int) -> memoryview:
-    """Map a segment copy-on-write: readers share the pages; a writer gets private copies."""
+def map_segment(name: str, size: int, private: bool = False) -> memoryview:
+    """Map a segment read-only and shared, or copy-on-write when a writer needs its own pages."""
     if size == 0:
         return memoryview(b"")
     fd = os.open(os.path.join(SHM_DIR, name), os.O_RDONLY)
     try:
-        mm = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        if private:
+            mm = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        else:
+            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
     return memoryview(mm)
+
+
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+class MappingCache:
+    """Segments this process has mapped, so a value read by many tasks is mapped once.
+
+    Names are never reused, so a cached mapping can't go stale; the driver sends `forget` when
+    an object is freed, and the cache also drops its oldest entries past MAX_BYTES.
+    """
+
+    MAX_BYTES = 1 << 30
+
+    def __init__(self):
+        self.maps: dict[str, memoryview] = {}
+        self.names: dict[int, str] = {}   # id(mmap) -> segment name, to re-map tensors privately
+        self.bytes = 0
+
+    def get(self, name: str, size: int) -> memoryview:
+        view = self.maps.get(name)
+        if view is None:
+            view = map_segment(name, size).toreadonly()
+            self.maps[name] = view
+            self.names[id(view.obj)] = name
+            self.bytes += size
+            while self.bytes > self.MAX_BYTES and len(self.maps) > 1:
+                self.forget([next(iter(self.maps))])
+        return view
+
+    def forget(self, names) -> None:
+        for name in names:
+            view = self.maps.pop(name, None)
+            if view is not None:
+                self.names.pop(id(view.obj), None)
+                self.bytes -= view.nbytes
+
+    def segment_of(self, array) -> str | None:
+        base = array
+        while base is not None and not isinstance(base, memoryview):
+            base = getattr(base, "base", None)
+        return self.names.get(id(base.obj)) if base is not None else None
+
+
+mappings = MappingCache()
 
 
 def unlink_segments(names) -> None:
@@ -118,11 +166,28 @@ def _tensor_shareable(t, torch) -> bool:
 def _rebuild_tensor(array, requires_grad: bool):
     import warnings
 
+    import numpy
     import torch
+    name = mappings.segment_of(array)
+    if name is not None:   # tensors are writable: give this one its own copy-on-write mapping
+        private = map_segment(name, array.nbytes, private=True)
+        array = numpy.frombuffer(private, dtype=array.dtype).reshape(array.shape)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the array is read-only; the mapping under it is copy-on-write
-        t = torch.from_numpy(array)
+        warnings.simplefilter("ignore")  # a read-only array (small, in-band) is copied by torch below
+        t = torch.from_numpy(array) if array.flags.writeable else torch.from_numpy(array.copy())
     return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+_NO_ARGS = Serialized(pickle.dumps(((), {}), 5))
+
+
+def dumps_args(args: tuple, kwargs: dict, shm_prefix: str | None) -> Serialized:
+    """(args, kwargs) in wire form, skipping cloudpickle for the common plain cases."""
+    if not args and not kwargs:
+        return _NO_ARGS
+    if all(type(a) in _SIMPLE for a in args) and all(type(v) in _SIMPLE for v in kwargs.values()):
+        return Serialized(pickle.dumps((args, kwargs), 5))
+    return dumps((args, kwargs), shm_prefix)
 
 
 def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
@@ -150,7 +215,7 @@ def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
 def loads(ser: Serialized):
     if not ser.buffers:
         return pickle.loads(ser.data)
-    bufs = [b if isinstance(b, bytes) else map_segment(*b).toreadonly() for b in ser.buffers]
+    bufs = [b if isinstance(b, bytes) else mappings.get(*b) for b in ser.buffers]
     return pickle.loads(ser.data, buffers=bufs)
 
 

@@ -53,7 +53,19 @@ class WorkerClient:
                     os._exit(1)  # the driver is gone
                 if msg[0] == "reply" and msg[1] == req:
                     return msg[2]
-                self.inbox.append(msg)
+                if msg[0] == "unprefetch":
+                    self._give_back(msg[1])
+                else:
+                    self.inbox.append(msg)
+
+    def _give_back(self, task_id: int) -> None:
+        """The driver wants a task sent ahead of time back (this worker is blocked)."""
+        for msg in self.inbox:
+            if msg[0] == "run" and msg[1].task_id == task_id:
+                self.inbox.remove(msg)
+                self.chan.send(("unprefetched", task_id, True))
+                return
+        self.chan.send(("unprefetched", task_id, False))
 
     def next_message(self):
         if self.inbox:
@@ -224,7 +236,12 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
         msg = client.next_message()
         if msg is None or msg[0] == "exit":
             break
-        if msg[0] == "run":
+        kind = msg[0]
+        if kind == "run":
             executor.run(*msg[1:])
+        elif kind == "forget":
+            serialization.mappings.forget(msg[1])
+        elif kind == "unprefetch":
+            client.send(("unprefetched", msg[1], False))   # it already ran
     sys.stdout.flush()
     sys.stderr.flush()

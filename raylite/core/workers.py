@@ -10,7 +10,8 @@ class WorkerProc:
     """A worker process as the driver sees it."""
 
     __slots__ = ("index", "chan", "key", "out_fd", "err_fd", "pid", "task", "alloc", "actor", "name",
-                 "calls", "max_calls", "blocked", "functions", "kill_on_hello", "partial")
+                 "calls", "max_calls", "blocked", "functions", "kill_on_hello", "partial", "next", "started",
+                 "recalling")
 
     def __init__(self, index: int, chan: Channel, key: tuple, out_fd: int, err_fd: int):
         self.index, self.chan, self.key = index, chan, key
@@ -26,6 +27,9 @@ class WorkerProc:
         self.functions: set[str] = set()      # function ids already sent to it
         self.kill_on_hello = False
         self.partial: dict[int, bytes] = {}   # unfinished output line per pipe
+        self.next: TaskSpec | None = None     # a tiny task sent ahead, run when `task` is done
+        self.started = 0.0                    # when `task` was sent
+        self.recalling = False                # asked for `next` back (it blocked in get)
 
 
 class Actor:

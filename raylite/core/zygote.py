@@ -50,17 +50,25 @@ class Zygote:
             time.sleep(0.002)
 
 
-def _set_parent_death_signal() -> None:
+def _libc():
     import ctypes
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _set_parent_death_signal(libc) -> None:
+    try:
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except AttributeError:
         pass
 
 
 def _serve(sock: socket.socket, session: str) -> None:
     from raylite.core import serialization, worker  # preload what every worker needs
     serialization._pickler()
+    libc = _libc()
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children are reaped automatically
@@ -79,7 +87,7 @@ def _serve(sock: socket.socket, session: str) -> None:
             sock.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            _set_parent_death_signal()
+            _set_parent_death_signal(libc)
             if os.getppid() != me:
                 os._exit(1)
             code = 1

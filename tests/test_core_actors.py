@@ -1,0 +1,279 @@
+"""Core actors: dedicated processes, ordered methods, state, handles, names.
+
+Covers issue #2: @remote on classes (with and without options, .options());
+one dedicated process per actor; methods run in submission order and keep
+state; ActorHandles passed to tasks and actors; nested calls from methods;
+named actors and get_actor(); actors hold 0 CPU by default but keep explicit
+resources for life; runtime context in actors; actor output prefixed with the
+class name.  (Killed/crashed/restarted actors are in test_core_failures.py.)
+"""
+
+import os
+import sys
+import time
+import uuid
+
+import pytest
+
+import raylite as ray
+
+
+def _counter_class(**options):
+    class Counter:
+        def __init__(self, start=0):
+            self.value = start
+
+        def incr(self, by=1):
+            self.value += by
+            return self.value
+
+        def get(self):
+            return self.value
+
+        def pid(self):
+            return os.getpid()
+
+    return ray.remote(**options)(Counter) if options else ray.remote(Counter)
+
+
+def test_actor_keeps_state_and_runs_methods_in_submission_order(ray_start):
+    Counter = _counter_class()
+    c = Counter.remote()
+    refs = [c.incr.remote() for _ in range(50)]  # submitted without waiting
+    assert ray.get(refs) == list(range(1, 51))
+    assert ray.get(c.get.remote()) == 50
+
+
+def test_actor_constructor_args_and_kwargs(ray_start):
+    @ray.remote
+    class Holder:
+        def __init__(self, a, b=2, *, c):
+            self.items = (a, b, c)
+
+        def items_(self):
+            return self.items
+
+    h = Holder.remote(1, c=3)
+    assert ray.get(h.items_.remote()) == (1, 2, 3)
+
+
+def test_each_actor_has_a_dedicated_stable_process(ray_start):
+    Counter = _counter_class()
+
+    @ray.remote
+    def task_pid():
+        time.sleep(0.05)
+        return os.getpid()
+
+    a, b = Counter.remote(), Counter.remote()
+    a_pids = ray.get([a.pid.remote() for _ in range(5)])
+    b_pids = ray.get([b.pid.remote() for _ in range(5)])
+    assert len(set(a_pids)) == 1 and len(set(b_pids)) == 1
+    assert a_pids[0] != b_pids[0]
+    assert os.getpid() not in (a_pids[0], b_pids[0])
+    # Tasks never run inside an actor's process.
+    task_pids = set(ray.get([task_pid.remote() for _ in range(6)]))
+    assert not task_pids & {a_pids[0], b_pids[0]}
+    assert ray.get(a.pid.remote()) == a_pids[0]
+
+
+def test_actors_run_concurrently(ray_start, tmp_path):
+    # Each actor waits for a file only the other one writes: passes only if both run at once.
+    @ray.remote
+    class Peer:
+        def meet(self, mine, theirs):
+            open(mine, "w").close()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if os.path.exists(theirs):
+                    return True
+                time.sleep(0.01)
+            return False
+
+    x, y = Peer.remote(), Peer.remote()
+    fx, fy = str(tmp_path / "x"), str(tmp_path / "y")
+    assert ray.get([x.meet.remote(fx, fy), y.meet.remote(fy, fx)]) == [True, True]
+
+
+def test_actor_method_args_resolve_refs(ray_start):
+    Counter = _counter_class()
+
+    @ray.remote
+    def five():
+        return 5
+
+    c = Counter.remote(start=ray.put(10))
+    assert ray.get(c.incr.remote(five.remote())) == 15
+    assert ray.get(c.incr.remote(by=ray.put(1))) == 16
+
+
+def test_actor_handle_passed_to_tasks(ray_start):
+    Counter = _counter_class()
+    c = Counter.remote()
+
+    @ray.remote
+    def bump(counter, n):
+        return ray.get([counter.incr.remote() for _ in range(n)])
+
+    results = ray.get([bump.remote(c, 5), bump.remote(c, 5)])
+    seen = sorted(results[0] + results[1])
+    assert seen == list(range(1, 11))
+    assert results[0] == sorted(results[0]) and results[1] == sorted(results[1])
+    assert ray.get(c.get.remote()) == 10
+
+
+def test_actor_handle_passed_to_another_actor(ray_start):
+    Counter = _counter_class()
+
+    @ray.remote
+    class Forwarder:
+        def __init__(self, target):
+            self.target = target
+
+        def forward(self, n):
+            return ray.get(self.target.incr.remote(n))
+
+    c = Counter.remote()
+    f = Forwarder.remote(c)
+    assert ray.get(f.forward.remote(3)) == 3
+    assert ray.get(f.forward.remote(4)) == 7
+    assert ray.get(c.get.remote()) == 7
+
+
+def test_actor_methods_use_nested_api(ray_start):
+    @ray.remote
+    def square(x):
+        return x * x
+
+    @ray.remote
+    class Coordinator:
+        def run(self, n):
+            refs = [square.remote(i) for i in range(n)]
+            ready, not_ready = ray.wait(refs, num_returns=n, timeout=20)
+            assert not not_ready
+            stored = ray.put(sum(ray.get(ready)))
+            return ray.get(stored)
+
+    c = Coordinator.remote()
+    assert ray.get(c.run.remote(4)) == 0 + 1 + 4 + 9
+
+
+def test_actor_method_exception_keeps_actor_alive(ray_start):
+    @ray.remote
+    class Fragile:
+        def __init__(self):
+            self.calls = 0
+
+        def maybe_fail(self, fail):
+            self.calls += 1
+            if fail:
+                raise ValueError("actor method failed")
+            return self.calls
+
+    a = Fragile.remote()
+    assert ray.get(a.maybe_fail.remote(False)) == 1
+    with pytest.raises(ValueError, match="actor method failed") as excinfo:
+        ray.get(a.maybe_fail.remote(True))
+    assert isinstance(excinfo.value, ray.exceptions.RayTaskError)
+    assert ray.get(a.maybe_fail.remote(False)) == 3
+
+
+def test_named_actor_and_get_actor(ray_start):
+    Counter = _counter_class()
+    name = f"counter-{uuid.uuid4().hex}"
+    c = Counter.options(name=name).remote()
+    assert ray.get(c.incr.remote(2)) == 2
+
+    same = ray.get_actor(name)
+    assert ray.get(same.incr.remote(3)) == 5
+    assert ray.get(c.get.remote()) == 5
+
+    @ray.remote
+    def bump_by_name(n):
+        return ray.get(ray.get_actor(n).incr.remote())
+
+    assert ray.get(bump_by_name.remote(name)) == 6
+
+
+def test_get_actor_unknown_name_raises_value_error(ray_start):
+    with pytest.raises(ValueError):
+        ray.get_actor(f"no-such-actor-{uuid.uuid4().hex}")
+
+
+def test_actor_decorator_options_and_options_override(ray_start):
+    @ray.remote(num_cpus=1)
+    class Res:
+        def assigned(self):
+            return ray.get_runtime_context().get_assigned_resources()
+
+    a = Res.remote()
+    assert ray.get(a.assigned.remote()).get("CPU") == 1.0
+    b = Res.options(num_cpus=0.5).remote()
+    assert ray.get(b.assigned.remote()).get("CPU") == 0.5
+
+
+@pytest.mark.parametrize("ray_start", [1], indirect=True)
+def test_default_actors_hold_no_cpu_while_alive(ray_start, wait_until):
+    Counter = _counter_class()
+    actors = [Counter.remote() for _ in range(3)]  # more actors than CPUs
+    assert ray.get([a.incr.remote() for a in actors]) == [1, 1, 1]
+
+    @ray.remote
+    def one():
+        return 1
+
+    assert ray.get(one.remote(), timeout=20) == 1
+    wait_until(
+        lambda: ray.available_resources().get("CPU") == 1.0,
+        message=f"default actors hold CPU: {ray.available_resources()}",
+    )
+
+
+def test_explicit_actor_resources_are_held_for_life(ray_start, wait_until):
+    Counter = _counter_class()
+    a = Counter.options(num_cpus=1).remote()
+    assert ray.get(a.incr.remote()) == 1
+    wait_until(
+        lambda: ray.available_resources().get("CPU") == 1.0,
+        message=f"actor's CPU not held: {ray.available_resources()}",
+    )
+    ray.kill(a)
+    wait_until(
+        lambda: ray.available_resources().get("CPU") == 2.0,
+        message=f"killed actor's CPU not returned: {ray.available_resources()}",
+    )
+
+
+def test_runtime_context_in_actor(ray_start):
+    @ray.remote
+    class Ctx:
+        def ids(self):
+            c = ray.get_runtime_context()
+            return c.get_actor_id(), c.get_job_id(), c.get_node_id(), c.get_task_id()
+
+    a, b = Ctx.remote(), Ctx.remote()
+    a1, a2, b1 = ray.get([a.ids.remote(), a.ids.remote(), b.ids.remote()])
+    assert a1[0] is not None and b1[0] is not None
+    assert a1[0] == a2[0]
+    assert a1[0] != b1[0]
+    driver = ray.get_runtime_context()
+    assert a1[1] == driver.get_job_id()
+    assert a1[2] == driver.get_node_id()
+    assert a1[3] is not None
+
+
+def test_actor_stdout_prefixed_with_class_name(ray_start, read_output):
+    tag = uuid.uuid4().hex
+
+    @ray.remote
+    class Talker:
+        def say(self, tag):
+            print(f"said {tag}")
+            print(f"complained {tag}", file=sys.stderr)
+            return os.getpid()
+
+    t = Talker.remote()
+    pid = ray.get(t.say.remote(tag))
+    out, err = read_output(lambda o, e: f"said {tag}" in o and f"complained {tag}" in e)
+    assert f"(Talker pid={pid}) said {tag}" in out, out
+    assert f"(Talker pid={pid}) complained {tag}" in err, err

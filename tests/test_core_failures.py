@@ -1,0 +1,550 @@
+"""Core failure paths: typed errors instead of hangs.
+
+Covers issue #2: exception round trip (original type + RayTaskError + remote
+traceback + task name), GetTimeoutError, WorkerCrashedError after max_retries
+(worker exits, SIGKILLs itself, or is killed mid-task from outside), retries
+that succeed, killed/crashed actors (RayActorError / ActorDiedError), actor
+restarts (max_restarts), cancel of pending and running tasks
+(TaskCancelledError, force=False/True), unpicklable functions/arguments
+rejected at .remote(), and infeasible requests (warning, not ready, immediate
+InfeasibleTaskError).
+"""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import raylite as ray
+
+exc = ray.exceptions
+
+
+# --------------------------------------------------------------------------
+# exception hierarchy
+# --------------------------------------------------------------------------
+
+
+def test_exception_hierarchy():
+    assert issubclass(exc.RayError, Exception)
+    for name in ("RayTaskError", "GetTimeoutError", "WorkerCrashedError", "RayActorError",
+                 "ActorDiedError", "TaskCancelledError", "InfeasibleTaskError"):
+        assert issubclass(getattr(exc, name), exc.RayError), name
+    assert issubclass(exc.GetTimeoutError, TimeoutError)
+    assert issubclass(exc.ActorDiedError, exc.RayActorError)
+
+
+# --------------------------------------------------------------------------
+# exceptions raised by tasks
+# --------------------------------------------------------------------------
+
+
+def test_task_exception_reraises_as_original_type_with_remote_traceback(ray_start):
+    @ray.remote
+    def my_failing_task(x):
+        raise ValueError(f"boom-{x}")
+
+    ref = my_failing_task.remote(42)
+    with pytest.raises(ValueError) as excinfo:
+        ray.get(ref)
+    err = excinfo.value
+    assert isinstance(err, exc.RayTaskError)
+    assert isinstance(err, exc.RayError)
+    text = str(err)
+    assert "boom-42" in text
+    assert "my_failing_task" in text
+    assert "Traceback" in text
+    assert os.path.basename(__file__) in text  # the remote frame, not only the driver's
+
+    # A plain `except ValueError` catches it too, and getting again re-raises.
+    try:
+        ray.get(ref)
+    except ValueError as again:
+        assert "boom-42" in str(again)
+    else:
+        pytest.fail("second get did not raise")
+
+
+@pytest.mark.parametrize(
+    "exc_type,args",
+    [(KeyError, ("missing",)), (ZeroDivisionError, ("div",)), (RuntimeError, ("rt",)),
+     (OSError, (2, "no such file"))],
+    ids=["KeyError", "ZeroDivisionError", "RuntimeError", "OSError"],
+)
+def test_builtin_exception_types_round_trip(ray_start, exc_type, args):
+    @ray.remote
+    def raiser():
+        raise exc_type(*args)
+
+    with pytest.raises(exc_type) as excinfo:
+        ray.get(raiser.remote())
+    assert isinstance(excinfo.value, exc.RayTaskError)
+
+
+def test_custom_exception_type_round_trips_with_attributes(ray_start):
+    class MyAppError(Exception):
+        def __init__(self, code, detail):
+            super().__init__(code, detail)
+            self.code = code
+            self.detail = detail
+
+    @ray.remote
+    def failing_with_custom():
+        raise MyAppError(7, "custom detail")
+
+    with pytest.raises(MyAppError) as excinfo:
+        ray.get(failing_with_custom.remote())
+    err = excinfo.value
+    assert isinstance(err, exc.RayTaskError)
+    assert err.code == 7 and err.detail == "custom detail"
+    assert "failing_with_custom" in str(err)
+
+
+def test_exception_in_nested_task_propagates(ray_start):
+    @ray.remote
+    def inner_fails():
+        raise KeyError("deep")
+
+    @ray.remote
+    def outer():
+        return ray.get(inner_fails.remote())
+
+    with pytest.raises(KeyError) as excinfo:
+        ray.get(outer.remote())
+    assert isinstance(excinfo.value, exc.RayTaskError)
+    assert "inner_fails" in str(excinfo.value)
+
+
+def test_failed_dependency_fails_downstream_task(ray_start, tmp_path):
+    ran = tmp_path / "downstream-ran"
+
+    @ray.remote
+    def upstream():
+        raise ValueError("upstream broke")
+
+    @ray.remote
+    def downstream(x, marker):
+        open(marker, "w").close()
+        return x
+
+    with pytest.raises(ValueError, match="upstream broke"):
+        ray.get(downstream.remote(upstream.remote(), str(ran)))
+    assert not ran.exists(), "downstream ran although its argument failed"
+
+
+# --------------------------------------------------------------------------
+# get timeout
+# --------------------------------------------------------------------------
+
+
+def test_get_timeout_raises_get_timeout_error(ray_start, tmp_path):
+    release = str(tmp_path / "release")
+
+    @ray.remote
+    def blocked(path):
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        return "finished"
+
+    ref = blocked.remote(release)
+    t0 = time.monotonic()
+    with pytest.raises(exc.GetTimeoutError):
+        ray.get(ref, timeout=0.3)
+    elapsed = time.monotonic() - t0
+    assert 0.25 <= elapsed < 3, elapsed
+
+    with pytest.raises(TimeoutError):  # a GetTimeoutError is a TimeoutError
+        ray.get([ray.put(1), ref], timeout=0.1)
+    with pytest.raises(exc.GetTimeoutError):
+        ray.get(ref, timeout=0)
+
+    # The task is unaffected by the timeouts.
+    open(release, "w").close()
+    assert ray.get(ref, timeout=20) == "finished"
+
+
+# --------------------------------------------------------------------------
+# worker crashes and retries
+# --------------------------------------------------------------------------
+
+
+def test_worker_exit_with_max_retries_0_fails_at_once(ray_start):
+    @ray.remote(max_retries=0)
+    def dies():
+        os._exit(1)
+
+    t0 = time.monotonic()
+    with pytest.raises(exc.WorkerCrashedError):
+        ray.get(dies.remote(), timeout=30)
+    assert time.monotonic() - t0 < 10
+
+    @ray.remote
+    def still_works():
+        return "ok"
+
+    assert ray.get(still_works.remote()) == "ok"
+
+
+def test_worker_sigkill_retried_then_worker_crashed_error(ray_start, tmp_path):
+    attempts = tmp_path / "attempts"
+
+    @ray.remote  # default max_retries = 3, as in Ray
+    def kills_itself(path):
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    with pytest.raises(exc.WorkerCrashedError):
+        ray.get(kills_itself.remote(str(attempts)), timeout=45)
+    pids = attempts.read_text().split()
+    assert len(pids) == 4, f"expected 1 try + 3 retries, got {len(pids)}"
+    assert len(set(pids)) == 4  # each attempt ran in a fresh worker
+
+
+@pytest.mark.parametrize("options", [{}, {"max_retries": 1}], ids=["default-retries", "max_retries=1"])
+def test_task_crashing_on_first_attempt_succeeds_on_retry(ray_start, tmp_path, options):
+    marker = str(tmp_path / "crashed-once")
+
+    @ray.remote
+    def flaky(marker):
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+        return "recovered"
+
+    assert ray.get(flaky.options(**options).remote(marker), timeout=30) == "recovered"
+
+
+def test_worker_killed_mid_task_from_outside(ray_start, tmp_path, wait_until):
+    pid_file = tmp_path / "pid"
+
+    @ray.remote(max_retries=0)
+    def long_task(path):
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(path + ".tmp", path)
+        time.sleep(60)
+
+    ref = long_task.remote(str(pid_file))
+    wait_until(pid_file.exists, timeout=10)
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(exc.WorkerCrashedError):
+        ray.get(ref, timeout=30)
+    assert time.monotonic() - t0 < 10
+
+
+# --------------------------------------------------------------------------
+# dead actors
+# --------------------------------------------------------------------------
+
+
+def _pid_actor(**options):
+    class Proc:
+        def __init__(self, log=None):
+            self.calls = 0
+            if log:
+                with open(log, "a") as f:
+                    f.write(f"{os.getpid()}\n")
+
+        def pid(self):
+            self.calls += 1
+            return os.getpid()
+
+        def calls_so_far(self):
+            return self.calls
+
+        def crash(self):
+            os._exit(1)
+
+        def wait_for(self, path):
+            while not os.path.exists(path):
+                time.sleep(0.01)
+            return "released"
+
+    return ray.remote(**options)(Proc) if options else ray.remote(Proc)
+
+
+def test_killed_actor_raises_actor_died_error(ray_start, wait_pids_gone):
+    Proc = _pid_actor()
+    a = Proc.remote()
+    pid = ray.get(a.pid.remote())
+    ray.kill(a)
+    wait_pids_gone([pid], timeout=10, what="killed actor")
+    with pytest.raises(exc.ActorDiedError) as excinfo:
+        ray.get(a.pid.remote(), timeout=20)
+    assert isinstance(excinfo.value, exc.RayActorError)
+
+
+def test_kill_actor_fails_in_flight_call(ray_start, tmp_path):
+    Proc = _pid_actor()
+    a = Proc.remote()
+    ray.get(a.pid.remote())
+    ref = a.wait_for.remote(str(tmp_path / "never"))
+    time.sleep(0.2)
+    ray.kill(a)
+    with pytest.raises(exc.RayActorError):
+        ray.get(ref, timeout=20)
+
+
+@pytest.mark.parametrize("how", ["method-exits", "external-sigkill"])
+def test_crashed_actor_raises_actor_errors(ray_start, how):
+    Proc = _pid_actor()
+    a = Proc.remote()
+    pid = ray.get(a.pid.remote())
+    if how == "method-exits":
+        ref = a.crash.remote()
+    else:
+        os.kill(pid, signal.SIGKILL)
+        ref = a.pid.remote()  # may be sent before the death is noticed
+    with pytest.raises(exc.RayActorError):
+        ray.get(ref, timeout=20)
+    # Once the death is known, every further call is an ActorDiedError.
+    with pytest.raises(exc.ActorDiedError):
+        ray.get(a.pid.remote(), timeout=20)
+
+    @ray.remote
+    def still_works():
+        return "ok"
+
+    assert ray.get(still_works.remote()) == "ok"
+
+
+def test_actor_restarts_after_crash_with_max_restarts(ray_start, tmp_path):
+    log = tmp_path / "constructed"
+    Proc = _pid_actor(max_restarts=1)
+    a = Proc.remote(str(log))
+    first_pid = ray.get(a.pid.remote())
+    assert ray.get(a.calls_so_far.remote()) == 1
+
+    with pytest.raises(exc.RayActorError):
+        ray.get(a.crash.remote(), timeout=20)
+
+    second_pid = ray.get(a.pid.remote(), timeout=30)
+    assert second_pid != first_pid
+    assert ray.get(a.calls_so_far.remote()) == 1  # constructor re-ran: fresh state
+    assert log.read_text().split() == [str(first_pid), str(second_pid)]
+
+    # The single restart is used up: the next crash is final.
+    with pytest.raises(exc.RayActorError):
+        ray.get(a.crash.remote(), timeout=20)
+    with pytest.raises(exc.ActorDiedError):
+        ray.get(a.pid.remote(), timeout=20)
+
+
+def test_kill_does_not_restart_actor(ray_start):
+    Proc = _pid_actor(max_restarts=1)
+    a = Proc.remote()
+    ray.get(a.pid.remote())
+    ray.kill(a)
+    with pytest.raises(exc.ActorDiedError):
+        ray.get(a.pid.remote(), timeout=20)
+
+
+# --------------------------------------------------------------------------
+# cancel
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ray_start", [1], indirect=True)
+def test_cancel_pending_task(ray_start, tmp_path, wait_until):
+    release = str(tmp_path / "release")
+    started = tmp_path / "blocker-started"
+    ran = tmp_path / "pending-ran"
+
+    @ray.remote
+    def blocker(started, release):
+        open(started, "w").close()
+        while not os.path.exists(release):
+            time.sleep(0.01)
+        return "blocker done"
+
+    @ray.remote
+    def pending(marker):
+        open(marker, "w").close()
+        return "should not run"
+
+    b = blocker.remote(str(started), release)
+    wait_until(started.exists, timeout=10)
+    p = pending.remote(str(ran))  # queued: the only CPU is busy
+    ray.cancel(p)
+    with pytest.raises(exc.TaskCancelledError):
+        ray.get(p, timeout=10)
+
+    open(release, "w").close()
+    assert ray.get(b) == "blocker done"
+
+    @ray.remote
+    def after():
+        return "after"
+
+    assert ray.get(after.remote()) == "after"  # the queue drained past the cancelled task
+    assert not ran.exists(), "cancelled pending task ran anyway"
+
+
+def test_cancel_running_task_interrupts_it(ray_start, tmp_path, wait_until):
+    started = tmp_path / "started"
+
+    @ray.remote
+    def spin(started):
+        open(started, "w").close()
+        while True:
+            time.sleep(0.01)
+
+    ref = spin.remote(str(started))
+    wait_until(started.exists, timeout=10)
+    t0 = time.monotonic()
+    ray.cancel(ref)  # force=False: interrupt the running task
+    with pytest.raises(exc.TaskCancelledError):
+        ray.get(ref, timeout=20)
+    assert time.monotonic() - t0 < 10
+
+    @ray.remote
+    def after():
+        return "after"
+
+    assert ray.get(after.remote()) == "after"
+
+
+def test_cancel_running_task_force_kills_worker(ray_start, tmp_path, wait_until, wait_pids_gone):
+    pid_file = tmp_path / "pid"
+
+    @ray.remote
+    def stuck(path):
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(path + ".tmp", path)
+        time.sleep(300)  # blocked in C: only a kill stops it
+
+    ref = stuck.remote(str(pid_file))
+    wait_until(pid_file.exists, timeout=10)
+    pid = int(pid_file.read_text())
+    ray.cancel(ref, force=True)
+    with pytest.raises(exc.TaskCancelledError):
+        ray.get(ref, timeout=20)
+    wait_pids_gone([pid], timeout=10, what="force-cancelled worker")
+
+    @ray.remote
+    def after():
+        return "after"
+
+    assert ray.get(after.remote()) == "after"
+
+
+# --------------------------------------------------------------------------
+# unpicklable functions and arguments fail at .remote()
+# --------------------------------------------------------------------------
+
+_SERIALIZATION_ERRORS = (TypeError, ValueError, exc.RayError)
+
+
+def _assert_serialization_message(err):
+    text = str(err).lower()
+    assert "pickl" in text or "serializ" in text, str(err)
+
+
+def test_unpicklable_argument_fails_at_remote(ray_start):
+    @ray.remote
+    def use(x):
+        return "ran"
+
+    lock = threading.Lock()
+    with pytest.raises(_SERIALIZATION_ERRORS) as excinfo:
+        use.remote(lock)
+    _assert_serialization_message(excinfo.value)
+    # The runtime is still fine afterwards.
+    assert ray.get(use.remote(1)) == "ran"
+
+
+def test_unpicklable_function_fails_at_remote(ray_start):
+    lock = threading.Lock()
+
+    def uses_lock():
+        with lock:
+            return 1
+
+    remote_fn = ray.remote(uses_lock)  # decorating never pickles (as in Ray)
+    with pytest.raises(_SERIALIZATION_ERRORS) as excinfo:
+        remote_fn.remote()
+    _assert_serialization_message(excinfo.value)
+
+
+def test_unpicklable_actor_arguments_fail_at_remote(ray_start):
+    Proc = _pid_actor()
+    with pytest.raises(_SERIALIZATION_ERRORS) as excinfo:
+        Proc.remote(threading.Lock())
+    _assert_serialization_message(excinfo.value)
+
+    a = Proc.remote()
+    ray.get(a.pid.remote())
+    with pytest.raises(_SERIALIZATION_ERRORS) as excinfo:
+        a.wait_for.remote(threading.Lock())
+    _assert_serialization_message(excinfo.value)
+
+
+# --------------------------------------------------------------------------
+# infeasible requests
+# --------------------------------------------------------------------------
+
+
+def _warning_text(records):
+    return "\n".join(str(r.message) for r in records)
+
+
+@pytest.mark.parametrize(
+    "options,names",
+    [
+        ({"num_cpus": 64}, ["64", "CPU", "2"]),
+        ({"num_gpus": 1}, ["GPU"]),
+        ({"resources": {"foo": 1}}, ["foo"]),
+    ],
+    ids=["num_cpus=64", "num_gpus=1", "custom-resource"],
+)
+def test_infeasible_task_warns_and_fails_fast(ray_init, options, names):
+    ray_init(num_cpus=2, num_gpus=0)
+
+    @ray.remote
+    def never_fits():
+        return "ran"
+
+    with pytest.warns(UserWarning) as records:
+        ref = never_fits.options(**options).remote()
+    assert isinstance(ref, ray.ObjectRef)
+    text = _warning_text(records)
+    for name in names:
+        assert name in text, f"{name!r} missing from warning: {text}"
+
+    ready, not_ready = ray.wait([ref], timeout=0.5)
+    assert ready == [] and not_ready == [ref]
+
+    t0 = time.monotonic()
+    with pytest.raises(exc.InfeasibleTaskError):
+        ray.get(ref)
+    assert time.monotonic() - t0 < 5, "get on an infeasible task must fail at once"
+
+    @ray.remote
+    def fits():
+        return "ran"
+
+    assert ray.get(fits.remote()) == "ran"
+
+
+def test_infeasible_actor_warns_and_does_not_hang(ray_init):
+    ray_init(num_cpus=2)
+
+    @ray.remote(num_cpus=64)
+    class Huge:
+        def ping(self):
+            return "pong"
+
+    with pytest.warns(UserWarning) as records:
+        h = Huge.remote()
+    text = _warning_text(records)
+    assert "64" in text and "CPU" in text, text
+
+    t0 = time.monotonic()
+    with pytest.raises(exc.RayError):
+        ray.get(h.ping.remote())
+    assert time.monotonic() - t0 < 5

@@ -1,0 +1,411 @@
+"""Core lifecycle: init/shutdown, resources, and no orphaned workers or shm.
+
+Covers issue #2: init() with Ray's keyword arguments, unknown kwarg -> TypeError,
+auto-init on first .remote(), cluster_resources()/available_resources(),
+shutdown()/interpreter exit/Ctrl-C/SIGKILL of the driver leave no workers (and
+no /dev/shm segments) behind, and nothing listens on a non-loopback socket.
+"""
+
+import logging
+import os
+import signal
+import time
+
+import pytest
+
+import raylite as ray
+
+
+# --------------------------------------------------------------------------
+# init / shutdown / is_initialized
+# --------------------------------------------------------------------------
+
+
+def test_init_shutdown_is_initialized(ray_init):
+    assert not ray.is_initialized()
+    ray_init(num_cpus=1)
+    assert ray.is_initialized()
+    ray.shutdown()
+    assert not ray.is_initialized()
+
+
+def test_init_twice_raises_runtime_error(ray_init):
+    ray_init(num_cpus=1)
+    with pytest.raises(RuntimeError):
+        ray.init(num_cpus=1)
+    # The first runtime is still usable.
+    assert ray.is_initialized()
+
+    @ray.remote
+    def one():
+        return 1
+
+    assert ray.get(one.remote()) == 1
+
+
+def test_init_twice_with_ignore_reinit_error_keeps_first_runtime(ray_init):
+    ray_init(num_cpus=1)
+    ray.init(num_cpus=2, ignore_reinit_error=True)  # must not raise
+    assert ray.is_initialized()
+    assert ray.cluster_resources()["CPU"] == 1.0
+
+
+def test_init_accepts_common_ray_kwargs(ray_init):
+    ray_init(
+        num_cpus=1,
+        ignore_reinit_error=True,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        log_to_driver=True,
+        namespace="raylite-core-tests",
+        object_store_memory=128 * 1024 * 1024,
+    )
+
+    @ray.remote
+    def add(a, b):
+        return a + b
+
+    assert ray.get(add.remote(2, 3)) == 5
+
+
+def test_init_unknown_kwarg_is_type_error():
+    with pytest.raises(TypeError, match="definitely_not_an_init_option"):
+        ray.init(num_cpus=1, definitely_not_an_init_option=True)
+    assert not ray.is_initialized()
+
+
+def test_first_remote_call_auto_initializes():
+    assert not ray.is_initialized()
+
+    @ray.remote
+    def square(x):
+        return x * x
+
+    ref = square.remote(7)
+    assert ray.is_initialized()
+    assert ray.get(ref) == 49
+    # Defaults come from the machine.
+    assert ray.cluster_resources()["CPU"] >= 1.0
+    # (the autouse fixture shuts this runtime down)
+
+
+def test_shutdown_when_not_initialized_is_a_noop():
+    assert not ray.is_initialized()
+    ray.shutdown()
+    ray.shutdown()
+    assert not ray.is_initialized()
+
+
+def test_init_again_after_shutdown(ray_init):
+    ray_init(num_cpus=1)
+
+    @ray.remote
+    def pid():
+        return os.getpid()
+
+    first_pid = ray.get(pid.remote())
+    ray.shutdown()
+
+    ray_init(num_cpus=2)
+    assert ray.cluster_resources()["CPU"] == 2.0
+    second_pid = ray.get(pid.remote())
+    assert second_pid != os.getpid()
+    assert second_pid != first_pid
+
+
+# --------------------------------------------------------------------------
+# cluster_resources / available_resources
+# --------------------------------------------------------------------------
+
+
+def test_cluster_resources_keys_and_values(ray_init):
+    ray_init(num_cpus=2, num_gpus=0, resources={"custom_a": 3, "custom_b": 0.5})
+    res = ray.cluster_resources()
+    assert isinstance(res, dict)
+    assert res["CPU"] == 2.0
+    assert res["custom_a"] == 3.0
+    assert res["custom_b"] == 0.5
+    assert res["node:127.0.0.1"] == 1.0
+    assert res["memory"] > 0
+    assert res["object_store_memory"] > 0
+    assert "GPU" not in res
+    for key, value in res.items():
+        assert isinstance(value, float), (key, value)
+
+
+def test_cluster_resources_include_gpu_when_requested(ray_init):
+    ray_init(num_cpus=1, num_gpus=1)
+    res = ray.cluster_resources()
+    assert res["GPU"] == 1.0
+    assert res["CPU"] == 1.0
+
+
+def test_available_resources_idle_match_cluster(ray_init):
+    ray_init(num_cpus=2, resources={"custom_a": 2})
+    avail = ray.available_resources()
+    total = ray.cluster_resources()
+    for key in ("CPU", "custom_a", "node:127.0.0.1"):
+        assert avail[key] == total[key], key
+    for key in ("memory", "object_store_memory"):
+        assert avail[key] > 0
+        assert isinstance(avail[key], float)
+
+
+@pytest.mark.parametrize("ray_start", [{"num_cpus": 2, "resources": {"foo": 2}}], indirect=True)
+def test_available_resources_track_running_task(ray_start, tmp_path, wait_until):
+    release = str(tmp_path / "release")
+
+    @ray.remote(num_cpus=1, resources={"foo": 1})
+    def hold(path):
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        return "done"
+
+    ref = hold.remote(release)
+    wait_until(
+        lambda: ray.available_resources().get("CPU", 0.0) == 1.0
+        and ray.available_resources().get("foo", 0.0) == 1.0,
+        message=f"resources not taken by the running task: {ray.available_resources()}",
+    )
+    open(release, "w").close()
+    assert ray.get(ref) == "done"
+    wait_until(
+        lambda: ray.available_resources().get("CPU", 0.0) == 2.0
+        and ray.available_resources().get("foo", 0.0) == 2.0,
+        message=f"resources not returned after the task: {ray.available_resources()}",
+    )
+
+
+# --------------------------------------------------------------------------
+# shutdown leaves no workers
+# --------------------------------------------------------------------------
+
+
+def test_shutdown_leaves_no_worker_processes(ray_start, tmp_path, wait_until, pid_alive, wait_pids_gone):
+    pid_file = tmp_path / "running.pid"
+
+    @ray.remote
+    def pid():
+        return os.getpid()
+
+    @ray.remote
+    def long_running(path):
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(path + ".tmp", path)
+        time.sleep(300)
+
+    @ray.remote
+    class Actor:
+        def pid(self):
+            return os.getpid()
+
+    actors = [Actor.remote() for _ in range(2)]
+    pids = set(ray.get([pid.remote() for _ in range(6)]))
+    pids |= set(ray.get([a.pid.remote() for a in actors]))
+    long_running.remote(str(pid_file))
+    wait_until(pid_file.exists, timeout=10)
+    pids.add(int(pid_file.read_text()))
+
+    assert os.getpid() not in pids
+    assert all(pid_alive(p) for p in pids)
+
+    t0 = time.monotonic()
+    ray.shutdown()
+    assert time.monotonic() - t0 < 10, "shutdown() took too long with a running task"
+    assert not ray.is_initialized()
+    wait_pids_gone(pids, timeout=10)
+
+
+# --------------------------------------------------------------------------
+# driver in a subprocess: SIGKILL, interpreter exit, Ctrl-C
+# --------------------------------------------------------------------------
+
+# Prints "PIDS [...]" (task workers, an actor and a worker running a long task)
+# and "SHM [...]" (raylite shm segments created by this driver).
+DRIVER_PRELUDE = r'''
+import glob, json, os, sys, time
+SHM_BEFORE = set(glob.glob("/dev/shm/raylite-*"))
+import numpy as np
+import raylite as ray
+
+ray.init(num_cpus=2)
+
+@ray.remote
+def task_pid():
+    return os.getpid()
+
+@ray.remote
+def hold(arr, pid_file):
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(pid_file + ".tmp", pid_file)
+    time.sleep(300)
+    return float(arr.sum())
+
+@ray.remote
+class Actor:
+    def pid(self):
+        return os.getpid()
+
+actor = Actor.remote()
+pids = set(ray.get([task_pid.remote() for _ in range(4)]))
+pids.add(ray.get(actor.pid.remote()))
+big = ray.put(np.ones(10 * 1024 * 1024 // 8))  # 10 MB -> shared memory
+pid_file = os.path.abspath("running_task.pid")
+running = hold.remote(big, pid_file)
+while not os.path.exists(pid_file):
+    time.sleep(0.01)
+pids.add(int(open(pid_file).read()))
+print("PIDS " + json.dumps(sorted(pids)), flush=True)
+print("SHM " + json.dumps(sorted(set(glob.glob("/dev/shm/raylite-*")) - SHM_BEFORE)), flush=True)
+'''
+
+
+def _start_driver(driver_process, tail):
+    driver = driver_process(DRIVER_PRELUDE + tail)
+    pids = driver.wait_for_json("PIDS ")
+    driver.recorded_pids.update(pids)
+    shm = driver.wait_for_json("SHM ")
+    return driver, pids, shm
+
+
+def _sigkill_driver(driver_process, pid_alive):
+    driver, pids, shm = _start_driver(
+        driver_process, 'print("READY", flush=True)\ntime.sleep(300)\n'
+    )
+    driver.wait_for_line("READY")
+    assert pids, "driver reported no worker pids"
+    assert driver.pid not in pids
+    assert all(pid_alive(p) for p in pids), "workers should be alive before the kill"
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.proc.wait(timeout=10)
+    return pids, shm
+
+
+@pytest.mark.timeout(90)
+def test_driver_sigkill_leaves_no_workers(driver_process, pid_alive, wait_pids_gone):
+    pids, _ = _sigkill_driver(driver_process, pid_alive)
+    wait_pids_gone(pids, timeout=10, what="workers of a SIGKILLed driver")
+
+
+@pytest.mark.timeout(90)
+def test_driver_sigkill_leaves_no_shm_segments(driver_process, pid_alive, wait_pids_gone,
+                                               wait_until, shm_segments):
+    pids, shm = _sigkill_driver(driver_process, pid_alive)
+    assert shm, "a 10 MB put should live in a /dev/shm/raylite-* segment"
+    wait_pids_gone(pids, timeout=10, what="workers of a SIGKILLed driver")
+    wait_until(
+        lambda: not (set(shm) & shm_segments()),
+        timeout=10,
+        message=f"shm segments left after the driver was SIGKILLed: {set(shm) & shm_segments()}",
+    )
+
+
+@pytest.mark.timeout(90)
+def test_interpreter_exit_without_shutdown_leaves_no_workers_or_shm(
+    driver_process, wait_pids_gone, wait_until, shm_segments
+):
+    # The script ends while a task is still running and without ray.shutdown().
+    driver, pids, shm = _start_driver(driver_process, 'print("EXITING", flush=True)\n')
+    rc = driver.wait_exit(timeout=30)
+    assert rc == 0, driver.output
+    wait_pids_gone(pids, timeout=10, what="workers after interpreter exit")
+    wait_until(
+        lambda: not (set(shm) & shm_segments()),
+        timeout=10,
+        message=f"shm segments left after interpreter exit: {set(shm) & shm_segments()}",
+    )
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("target", ["driver", "process_group"])
+def test_ctrl_c_while_blocked_in_get_exits_and_cleans_up(driver_process, wait_pids_gone, target):
+    # "process_group" is what a terminal's Ctrl-C does; "driver" is `kill -INT`.
+    driver, pids, _ = _start_driver(
+        driver_process,
+        'print("BLOCKING", flush=True)\nray.get(running)\nprint("GET RETURNED", flush=True)\n',
+    )
+    driver.wait_for_line("BLOCKING")
+    time.sleep(0.3)  # let the main thread enter get()
+    if target == "driver":
+        os.kill(driver.pid, signal.SIGINT)
+    else:
+        os.killpg(driver.pid, signal.SIGINT)
+    rc = driver.wait_exit(timeout=20)
+    assert rc != 0, driver.output
+    assert "GET RETURNED" not in driver.output
+    wait_pids_gone(pids, timeout=10, what="workers after Ctrl-C")
+
+
+# --------------------------------------------------------------------------
+# security: nothing listens on a non-loopback address
+# --------------------------------------------------------------------------
+
+
+def _socket_inodes(pid):
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return inodes
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    return inodes
+
+
+def _is_loopback(hex_addr):
+    if len(hex_addr) == 8:  # IPv4, little-endian
+        return bytes.fromhex(hex_addr)[::-1][0] == 127
+    # IPv6: four little-endian 32-bit words
+    raw = b"".join(bytes.fromhex(hex_addr[i:i + 8])[::-1] for i in range(0, 32, 8))
+    if raw == b"\0" * 15 + b"\1":
+        return True  # ::1
+    return raw[:12] == b"\0" * 10 + b"\xff\xff" and raw[12] == 127  # ::ffff:127.x
+
+
+def _tcp_listeners():
+    """inode -> local address for every TCP socket in LISTEN state."""
+    listeners = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A":
+                listeners[inode] = local
+    return listeners
+
+
+def test_no_socket_listens_on_non_loopback_address(ray_start):
+    @ray.remote
+    def pid():
+        return os.getpid()
+
+    @ray.remote
+    class Actor:
+        def pid(self):
+            return os.getpid()
+
+    actor = Actor.remote()
+    pids = set(ray.get([pid.remote() for _ in range(4)]))
+    pids.add(ray.get(actor.pid.remote()))
+    pids.add(os.getpid())
+
+    listeners = _tcp_listeners()
+    exposed = []
+    for p in pids:
+        for inode in _socket_inodes(p) & set(listeners):
+            addr_hex = listeners[inode].split(":")[0]
+            if not _is_loopback(addr_hex):
+                exposed.append((p, listeners[inode]))
+    assert not exposed, f"sockets listening beyond loopback: {exposed}"

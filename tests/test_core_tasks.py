@@ -1,0 +1,563 @@
+"""Core tasks: @remote, options, argument resolution, get/wait, nesting, scheduling.
+
+Covers issue #2: @remote with and without options and .options(); option
+validation; ObjectRef args resolved at top level only; get/wait semantics;
+nested .remote()/get/wait/put inside tasks (no deadlock on one CPU, CPU
+released while blocked); workers are separate processes and reused; max_calls;
+the scheduler never oversubscribes (fixed-point, fractional, custom resources);
+get_runtime_context() inside tasks; worker stdout/stderr prefixed like Ray.
+"""
+
+import math
+import os
+import re
+import sys
+import time
+import uuid
+
+import pytest
+
+import raylite as ray
+
+
+# --------------------------------------------------------------------------
+# basics
+# --------------------------------------------------------------------------
+
+
+def test_remote_function_returns_object_ref_and_value(ray_start):
+    @ray.remote
+    def add(a, b):
+        return a + b
+
+    ref = add.remote(1, 2)
+    assert isinstance(ref, ray.ObjectRef)
+    assert ray.get(ref) == 3
+
+
+def test_get_list_preserves_order(ray_start):
+    @ray.remote
+    def ident(x):
+        time.sleep(0.01 * (5 - x))  # later submissions finish first
+        return x
+
+    refs = [ident.remote(i) for i in range(6)]
+    assert ray.get(refs) == list(range(6))
+
+
+def test_kwargs_defaults_and_complex_values(ray_start):
+    @ray.remote
+    def describe(a, b=10, *args, c="c", **kwargs):
+        return {"a": a, "b": b, "args": args, "c": c, "kwargs": kwargs}
+
+    assert ray.get(describe.remote(1)) == {"a": 1, "b": 10, "args": (), "c": "c", "kwargs": {}}
+    assert ray.get(describe.remote(1, 2, 3, 4, c="x", d={"k": [1, 2]})) == {
+        "a": 1, "b": 2, "args": (3, 4), "c": "x", "kwargs": {"d": {"k": [1, 2]}},
+    }
+
+
+def test_closure_over_local_state_travels_with_function(ray_start):
+    factor = 7
+    table = {"x": 3}
+
+    @ray.remote
+    def scaled(key):
+        return table[key] * factor
+
+    assert ray.get(scaled.remote("x")) == 21
+
+
+def test_tasks_run_in_other_processes(ray_start):
+    @ray.remote
+    def pid():
+        return os.getpid()
+
+    pids = ray.get([pid.remote() for _ in range(4)])
+    assert os.getpid() not in pids
+
+
+def test_calling_remote_function_directly_is_type_error(ray_start):
+    @ray.remote
+    def f():
+        return 1
+
+    with pytest.raises(TypeError):
+        f()
+
+
+def test_decorator_with_options_and_options_override(ray_start):
+    @ray.remote(num_cpus=1, max_retries=0)
+    def resources():
+        return ray.get_runtime_context().get_assigned_resources()
+
+    assert ray.get(resources.remote()).get("CPU") == 1.0
+    assert ray.get(resources.options(num_cpus=0.5).remote()).get("CPU") == 0.5
+    # .options() does not change the original function's defaults
+    assert ray.get(resources.remote()).get("CPU") == 1.0
+
+
+def test_num_returns(ray_start):
+    @ray.remote(num_returns=2)
+    def pair():
+        return "a", "b"
+
+    a, b = pair.remote()
+    assert isinstance(a, ray.ObjectRef) and isinstance(b, ray.ObjectRef)
+    assert ray.get([a, b]) == ["a", "b"]
+
+    @ray.remote
+    def triple():
+        return 1, 2, 3
+
+    refs = triple.options(num_returns=3).remote()
+    assert ray.get(list(refs)) == [1, 2, 3]
+
+
+def test_many_small_tasks(ray_start):
+    @ray.remote
+    def inc(x):
+        return x + 1
+
+    refs = [inc.remote(i) for i in range(300)]
+    assert ray.get(refs) == list(range(1, 301))
+
+
+def test_module_level_remote_function(ray_start):
+    # Module-level functions of an importable module are pickled by reference:
+    # workers must see the driver's sys.path, as Ray's workers do.
+    assert ray.get(_module_level_double.remote(21)) == 42
+
+
+@ray.remote
+def _module_level_double(x):
+    return 2 * x
+
+
+# --------------------------------------------------------------------------
+# option validation
+# --------------------------------------------------------------------------
+
+INVALID_OPTIONS = [
+    ("num_cpus", -1),
+    ("num_cpus", float("nan")),
+    ("num_cpus", "two"),
+    ("num_gpus", -0.5),
+    ("num_gpus", float("nan")),
+    ("resources", {"foo": -1}),
+    ("max_calls", -1),
+    ("not_a_real_option", 1),
+]
+
+
+@pytest.mark.parametrize("field,value", INVALID_OPTIONS, ids=[f"{f}={v!r}" for f, v in INVALID_OPTIONS])
+def test_invalid_option_in_decorator_names_field(field, value):
+    def f():
+        return 1
+
+    with pytest.raises((ValueError, TypeError), match=field):
+        ray.remote(**{field: value})(f)
+
+
+@pytest.mark.parametrize("field,value", INVALID_OPTIONS, ids=[f"{f}={v!r}" for f, v in INVALID_OPTIONS])
+def test_invalid_option_in_options_names_field(field, value):
+    @ray.remote
+    def f():
+        return 1
+
+    with pytest.raises((ValueError, TypeError), match=field):
+        f.options(**{field: value})
+
+
+def test_invalid_actor_options_name_field():
+    class A:
+        pass
+
+    with pytest.raises((ValueError, TypeError), match="num_cpus"):
+        ray.remote(num_cpus=-2)(A)
+    RemoteA = ray.remote(A)
+    with pytest.raises((ValueError, TypeError), match="num_gpus"):
+        RemoteA.options(num_gpus=float("nan"))
+    with pytest.raises((ValueError, TypeError), match="bogus_actor_option"):
+        RemoteA.options(bogus_actor_option=3)
+
+
+# --------------------------------------------------------------------------
+# ObjectRef arguments
+# --------------------------------------------------------------------------
+
+
+def test_top_level_ref_args_are_resolved(ray_start):
+    @ray.remote
+    def make(x):
+        return {"value": x}
+
+    @ray.remote
+    def inspect(arg, kwarg=None):
+        return type(arg).__name__, arg, type(kwarg).__name__, kwarg
+
+    a = make.remote(1)
+    b = ray.put([1, 2, 3])
+    assert ray.get(inspect.remote(a, kwarg=b)) == ("dict", {"value": 1}, "list", [1, 2, 3])
+
+
+def test_nested_refs_stay_refs(ray_start):
+    @ray.remote
+    def inspect(items, mapping):
+        assert all(isinstance(r, ray.ObjectRef) for r in items)
+        assert isinstance(mapping["ref"], ray.ObjectRef)
+        return ray.get(items) + [ray.get(mapping["ref"])]
+
+    refs = [ray.put(i) for i in range(3)]
+    assert ray.get(inspect.remote(refs, {"ref": ray.put("x")})) == [0, 1, 2, "x"]
+
+
+def test_chained_tasks(ray_start):
+    @ray.remote
+    def inc(x):
+        return x + 1
+
+    ref = ray.put(0)
+    for _ in range(10):
+        ref = inc.remote(ref)
+    assert ray.get(ref) == 10
+
+
+# --------------------------------------------------------------------------
+# wait
+# --------------------------------------------------------------------------
+
+
+def test_wait_returns_ready_and_not_ready_in_submission_order(ray_start, tmp_path):
+    release = str(tmp_path / "release")
+
+    @ray.remote
+    def fast(x):
+        return x
+
+    @ray.remote
+    def blocked(path):
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        return "late"
+
+    refs = [fast.remote(0), blocked.remote(release), fast.remote(2), fast.remote(3)]
+
+    ready, not_ready = ray.wait(refs, num_returns=3, timeout=20)
+    assert ready == [refs[0], refs[2], refs[3]]
+    assert not_ready == [refs[1]]
+
+    t0 = time.monotonic()
+    ready, not_ready = ray.wait(refs, num_returns=4, timeout=0.3)
+    elapsed = time.monotonic() - t0
+    assert ready == [refs[0], refs[2], refs[3]]
+    assert not_ready == [refs[1]]
+    assert 0.2 <= elapsed < 3
+
+    open(release, "w").close()
+    ready, not_ready = ray.wait(refs, num_returns=4, timeout=20)
+    assert ready == refs and not_ready == []
+    assert ray.get(refs[1]) == "late"
+
+
+def test_wait_default_num_returns_is_one(ray_start):
+    @ray.remote
+    def ident(x):
+        return x
+
+    refs = [ident.remote(i) for i in range(4)]
+    ray.get(refs)
+    ready, not_ready = ray.wait(refs)
+    assert len(ready) == 1 and len(not_ready) == 3
+    assert ready + not_ready == refs  # both parts keep submission order
+
+
+def test_wait_ready_order_is_submission_order_not_completion_order(ray_start):
+    @ray.remote
+    def sleep_then(x, seconds):
+        time.sleep(seconds)
+        return x
+
+    refs = [sleep_then.remote("slow", 0.4), sleep_then.remote("fast", 0.0)]
+    ready, not_ready = ray.wait(refs, num_returns=2, timeout=20)
+    assert ready == refs and not_ready == []
+
+
+def test_wait_timeout_zero_returns_immediately(ray_start, tmp_path):
+    @ray.remote
+    def blocked(path):
+        while not os.path.exists(path):
+            time.sleep(0.01)
+
+    ref = blocked.remote(str(tmp_path / "never"))
+    t0 = time.monotonic()
+    ready, not_ready = ray.wait([ref], timeout=0)
+    assert time.monotonic() - t0 < 1
+    assert ready == [] and not_ready == [ref]
+
+
+# --------------------------------------------------------------------------
+# nested use
+# --------------------------------------------------------------------------
+
+
+def test_nested_remote_get_wait_put(ray_start):
+    @ray.remote
+    def leaf(x):
+        return x * 10
+
+    @ray.remote
+    def parent(n):
+        refs = [leaf.remote(i) for i in range(n)]
+        ready, not_ready = ray.wait(refs, num_returns=n, timeout=20)
+        assert not not_ready
+        stored = ray.put(sum(ray.get(ready)))
+        return ray.get(stored), isinstance(stored, ray.ObjectRef)
+
+    assert ray.get(parent.remote(4)) == (60, True)
+
+
+def test_ref_created_in_task_can_be_returned_and_got_by_driver(ray_start):
+    @ray.remote
+    def leaf():
+        return "leaf-value"
+
+    @ray.remote
+    def parent():
+        return [leaf.remote(), ray.put("put-value")]
+
+    inner = ray.get(parent.remote())
+    assert ray.get(inner) == ["leaf-value", "put-value"]
+
+
+@pytest.mark.parametrize("ray_start", [1], indirect=True)
+def test_nested_get_on_one_cpu_does_not_deadlock(ray_start):
+    @ray.remote(num_cpus=1)
+    def leaf(x):
+        return x + 1
+
+    @ray.remote(num_cpus=1)
+    def middle(x):
+        return ray.get(leaf.remote(x)) * 2
+
+    @ray.remote(num_cpus=1)
+    def top(x):
+        a = ray.get(middle.remote(x))
+        ready, _ = ray.wait([middle.remote(x + 1)], timeout=30)
+        return a + ray.get(ready[0])
+
+    assert ray.get(top.remote(1), timeout=30) == (2 * 2) + (3 * 2)
+
+
+@pytest.mark.parametrize("ray_start", [1], indirect=True)
+def test_recursive_remote_function(ray_start):
+    @ray.remote
+    def fact(n):
+        if n <= 1:
+            return 1
+        return n * ray.get(fact.remote(n - 1))
+
+    assert ray.get(fact.remote(4), timeout=30) == 24
+
+
+@pytest.mark.parametrize("ray_start", [{"num_cpus": 2, "resources": {"tok": 1}}], indirect=True)
+def test_blocked_task_releases_cpu_but_keeps_custom_resources(ray_start, tmp_path, wait_until):
+    release = str(tmp_path / "release")
+    started = tmp_path / "inner-started"
+
+    @ray.remote(num_cpus=1)
+    def inner(started, release):
+        open(started, "w").close()
+        while not os.path.exists(release):
+            time.sleep(0.01)
+        return 1
+
+    @ray.remote(num_cpus=1, resources={"tok": 1})
+    def outer(started, release):
+        return ray.get(inner.remote(started, release)) + 1
+
+    ref = outer.remote(str(started), release)
+    wait_until(started.exists, timeout=10, message="inner task never started")
+    # outer is blocked in get: its CPU is back in the pool (2 - inner's 1 = 1 free;
+    # it would be 0 if outer kept it), and outer still holds its custom resource.
+    wait_until(
+        lambda: ray.available_resources().get("CPU", 0.0) == 1.0
+        and ray.available_resources().get("tok", 0.0) == 0.0,
+        timeout=10,
+        message=f"unexpected resources while blocked: {ray.available_resources()}",
+    )
+    open(release, "w").close()
+    assert ray.get(ref) == 2
+    wait_until(
+        lambda: ray.available_resources().get("CPU", 0.0) == 2.0
+        and ray.available_resources().get("tok", 0.0) == 1.0,
+        message=f"resources not returned: {ray.available_resources()}",
+    )
+
+
+# --------------------------------------------------------------------------
+# worker reuse and max_calls
+# --------------------------------------------------------------------------
+
+
+def test_cpu_workers_are_reused(ray_start):
+    @ray.remote
+    def pid():
+        return os.getpid()
+
+    pids = [ray.get(pid.remote()) for _ in range(8)]
+    assert len(set(pids)) < len(pids), f"no worker reused: {pids}"
+
+
+def test_max_calls_one_gives_fresh_worker_per_call(ray_start, wait_pids_gone):
+    @ray.remote(max_calls=1)
+    def pid():
+        return os.getpid()
+
+    pids = [ray.get(pid.remote()) for _ in range(4)]
+    assert len(set(pids)) == 4, pids
+    # A worker that reached max_calls exits.
+    wait_pids_gone(pids[:-1], timeout=10, what="workers past max_calls")
+
+
+def test_max_calls_two_limits_calls_per_worker(ray_start):
+    @ray.remote(max_calls=2)
+    def pid():
+        return os.getpid()
+
+    pids = [ray.get(pid.remote()) for _ in range(6)]
+    counts = {p: pids.count(p) for p in set(pids)}
+    assert max(counts.values()) <= 2, counts
+    assert len(counts) >= 3, counts
+
+
+# --------------------------------------------------------------------------
+# scheduling: never oversubscribe
+# --------------------------------------------------------------------------
+
+
+def _max_overlap(intervals):
+    events = []
+    for start, end in intervals:
+        events.append((start, 1))
+        events.append((end, -1))
+    events.sort(key=lambda e: (e[0], e[1]))  # ends before starts at equal times
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+def _timed_sleep_task():
+    @ray.remote
+    def timed(seconds):
+        start = time.time()
+        time.sleep(seconds)
+        return start, time.time()
+
+    return timed
+
+
+def test_scheduler_never_oversubscribes_cpus(ray_start):
+    timed = _timed_sleep_task()
+    intervals = ray.get([timed.remote(0.4) for _ in range(6)])
+    assert _max_overlap(intervals) == 2, intervals
+
+
+def test_fractional_cpus_allow_more_concurrent_tasks(ray_start):
+    timed = _timed_sleep_task()
+    intervals = ray.get([timed.options(num_cpus=0.5).remote(0.6) for _ in range(8)])
+    assert _max_overlap(intervals) == 4, intervals
+
+
+@pytest.mark.parametrize("ray_start", [{"num_cpus": 4, "resources": {"foo": 1}}], indirect=True)
+def test_custom_resource_limits_concurrency(ray_start):
+    timed = _timed_sleep_task()
+    intervals = ray.get([timed.options(resources={"foo": 1}).remote(0.2) for _ in range(3)])
+    assert _max_overlap(intervals) == 1, intervals
+
+
+@pytest.mark.parametrize("ray_start", [1], indirect=True)
+def test_fixed_point_resources_fill_exactly(ray_start, tmp_path, wait_until):
+    # 0.1 + 0.2 + 0.7 == 1.0 only in fixed point (in floats it is 1.0000000000000002),
+    # so all three tasks fit on one CPU at the same time only if accounting is exact.
+    barrier = str(tmp_path)
+
+    @ray.remote
+    def rendezvous(name, expected, timeout):
+        open(os.path.join(barrier, name), "w").close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len([n for n in os.listdir(barrier) if n.startswith("arrived-")]) >= expected:
+                return True
+            time.sleep(0.01)
+        return False
+
+    refs = [
+        rendezvous.options(num_cpus=cpus).remote(f"arrived-{cpus}", 3, 8)
+        for cpus in (0.1, 0.2, 0.7)
+    ]
+    assert ray.get(refs) == [True, True, True]
+    wait_until(
+        lambda: ray.available_resources().get("CPU") == 1.0,
+        message=f"fractional CPUs left a remainder: {ray.available_resources()}",
+    )
+
+
+# --------------------------------------------------------------------------
+# runtime context in tasks
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ray_start", [{"num_cpus": 2, "resources": {"foo": 2}}], indirect=True)
+def test_runtime_context_in_task(ray_start):
+    @ray.remote
+    def ctx():
+        c = ray.get_runtime_context()
+        return {
+            "task_id": c.get_task_id(),
+            "actor_id": c.get_actor_id(),
+            "job_id": c.get_job_id(),
+            "node_id": c.get_node_id(),
+            "resources": c.get_assigned_resources(),
+            "accelerators": c.get_accelerator_ids(),
+        }
+
+    driver = ray.get_runtime_context()
+    assert driver.get_actor_id() is None
+
+    first, second = ray.get([ctx.remote(), ctx.remote()])
+    assert first["task_id"] is not None and second["task_id"] is not None
+    assert first["task_id"] != second["task_id"]
+    assert first["actor_id"] is None
+    assert first["job_id"] == driver.get_job_id()
+    assert first["node_id"] == driver.get_node_id()
+    assert first["resources"] == {"CPU": 1.0}
+    assert first["accelerators"].get("GPU", []) == []
+
+    frac = ray.get(ctx.options(num_cpus=0.5, resources={"foo": 1}).remote())
+    assert frac["resources"] == {"CPU": 0.5, "foo": 1.0}
+
+
+# --------------------------------------------------------------------------
+# worker output reaches the driver with Ray's prefix
+# --------------------------------------------------------------------------
+
+
+def test_task_stdout_and_stderr_prefixed_like_ray(ray_start, read_output):
+    tag = uuid.uuid4().hex
+
+    @ray.remote
+    def chatty_task(tag):
+        print(f"hello {tag}")
+        print(f"line-a {tag}\nline-b {tag}")
+        print(f"oops {tag}", file=sys.stderr)
+        return os.getpid()
+
+    pid = ray.get(chatty_task.remote(tag))
+    out, err = read_output(lambda o, e: f"line-b {tag}" in o and f"oops {tag}" in e)
+    prefix = f"(chatty_task pid={pid}) "
+    for text in (f"hello {tag}", f"line-a {tag}", f"line-b {tag}"):
+        assert re.search(r"^.*" + re.escape(prefix + text) + r"\s*$", out, re.M), (text, out)
+    assert prefix + f"oops {tag}" in err, err
+    assert f"oops {tag}" not in out

@@ -1,0 +1,140 @@
+"""The main job, examples/wine_quality.py, on the shared wine data with few steps."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("numpy")
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "wine_quality.py"
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "wine-quality" / "winequality-red.csv"
+STEPS = 200
+
+
+def _data_path() -> Path:
+    return Path(os.environ.get("RAYLITE_WINE_DATA") or DEFAULT_DATA)
+
+
+@pytest.fixture(scope="module")
+def wq():
+    """The example, imported as a module under its own name."""
+    name = "wine_quality"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, EXAMPLE)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def data_path() -> Path:
+    p = _data_path()
+    if not p.is_file():
+        pytest.skip(f"wine-quality data not found at {p} (set RAYLITE_WINE_DATA)")
+    return p
+
+
+@pytest.fixture(scope="module")
+def data(wq, data_path):
+    X, quality = wq.load_wine(data_path)
+    return wq.prepare(X, quality)
+
+
+def _check_trained(wq, data, res):
+    baseline = wq.majority_baseline(data)
+    assert len(res.losses) == STEPS
+    assert res.accuracy > baseline + 0.1, (res.accuracy, baseline)
+    first, last = sum(res.losses[:20]) / 20, sum(res.losses[-20:]) / 20
+    assert last < first - 0.05, (first, last)
+    assert res.seconds > 0 and res.loop_seconds > 0
+
+
+def test_load_and_prepare(wq, data_path, data):
+    X, quality = wq.load_wine(data_path)
+    assert X.shape == (1599, 11) and quality.shape == (1599,)
+    assert len(data["X_train"]) + len(data["X_test"]) == 1599
+    assert abs(len(data["X_test"]) / 1599 - 0.33) < 0.01
+    # standardised on the train split
+    assert abs(data["X_train"].mean(axis=0)).max() < 1e-4
+    assert abs(data["X_train"].std(axis=0) - 1).max() < 1e-3
+    assert set(data["y_train"].tolist()) == {0.0, 1.0}
+    # the split is fixed by its seed
+    again = wq.prepare(X, quality)
+    assert (again["X_test"] == data["X_test"]).all()
+
+
+def test_semicolon_separated_like_uci(wq, data_path, tmp_path):
+    lines = data_path.read_text().splitlines()
+    header = ";".join(f'"{h}"' for h in lines[0].split(","))
+    semi = tmp_path / "winequality-red.csv"
+    semi.write_text("\n".join([header] + [ln.replace(",", ";") for ln in lines[1:]]) + "\n")
+    Xc, qc = wq.load_wine(data_path)
+    Xs, qs = wq.load_wine(semi)
+    assert (Xc == Xs).all() and (qc == qs).all()
+
+
+def test_torch_mode_learns(wq, data):
+    res = wq.run_torch(data, steps=STEPS)
+    assert res.mode == "torch"
+    _check_trained(wq, data, res)
+
+
+def test_raylite_mode_learns(wq, data):
+    pytest.importorskip("cloudpickle")
+    import raylite as ray  # fails (not skips) until the runtime lands
+
+    res = wq.run_raylite(data, steps=STEPS, num_cpus=2)
+    assert res.mode == "raylite"
+    _check_trained(wq, data, res)
+    assert "worker pid" in res.note  # really ran in another process
+    assert not ray.is_initialized()  # run_raylite shut down the runtime it started
+
+
+def test_missing_data_path_is_a_clear_error(wq, tmp_path, capsys):
+    missing = tmp_path / "no-such-dir" / "winequality-red.csv"
+    assert wq.main(["--data", str(missing), "--mode", "torch", "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and "not found" in err
+
+
+def test_missing_env_path_is_a_clear_error(wq, tmp_path, monkeypatch):
+    missing = tmp_path / "absent.csv"
+    monkeypatch.setenv("RAYLITE_WINE_DATA", str(missing))
+    with pytest.raises(wq.DataError, match="RAYLITE_WINE_DATA") as exc:
+        wq.resolve_data_path(None)
+    assert str(missing) in str(exc.value)
+
+
+def test_bad_header_is_a_clear_error(wq, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(wq.DataError, match="quality"):
+        wq.load_wine(bad)
+
+
+def test_cli_torch_mode_end_to_end(data_path, tmp_path):
+    """What the README's first command does, in small: table printed, plot written."""
+    plot = tmp_path / "loss.png"
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--data", str(data_path), "--mode", "torch",
+         "--steps", "50", "--plot", str(plot)],
+        capture_output=True, text=True, timeout=100, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "torch" in proc.stdout and "accuracy" in proc.stdout
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in proc.stderr
+    else:
+        assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
