@@ -276,6 +276,7 @@ def run_child(module, args):
     """Run one backend in a fresh process (own session, so leftovers can be killed); return results."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)   # measure with bytecode caching, as a normal install has
     with tempfile.TemporaryDirectory(prefix="bench-core-") as tmp:
         res_path, log_path = os.path.join(tmp, "results.jsonl"), os.path.join(tmp, "child.log")
         with open(log_path, "w") as log:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import functools
 import glob
-import logging
 import os
 import re
+import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from raylite.core.resources import (
     ACCELERATOR_RESOURCES,
@@ -34,7 +34,6 @@ from raylite.core.resources import (
     to_fixed,
 )
 
-logger = logging.getLogger(__name__)
 
 GPU_VENDOR_ENV = "RAYLITE_GPU_VENDOR"
 INTEL_SELECTOR_PREFIX = "level_zero:"
@@ -158,6 +157,9 @@ def nvidia_type_from_name(name: str | bytes) -> str:
 
 def _detect_nvidia(environ: Mapping[str, str]) -> tuple[int, str | None]:
     """Count and type through NVML; any failure means no NVIDIA GPU."""
+    if "pynvml" not in sys.modules and not any(
+            os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia")):
+        return 0, None   # no driver: skip importing NVML (tens of ms at init)
     try:
         import pynvml  # from the nvidia-ml-py distribution
     except Exception:
@@ -271,8 +273,10 @@ def _neuron_cores(root: str) -> int:
             if out.returncode == 0:
                 return sum(int(d.get("nc_count", 0)) for d in json.loads(out.stdout))
         except Exception:
-            logger.debug("neuron-ls failed", exc_info=True)
-    logger.info("assuming 2 neuron cores per device (inf2/trn1); set resources= to override")
+            pass   # fall through to the per-device guess below
+    import warnings
+    warnings.warn("raylite: assuming 2 neuron cores per device (inf2/trn1); pass resources= to init() "
+                  "to override", RuntimeWarning, stacklevel=2)
     return 2 * len(devices)
 
 
@@ -324,7 +328,7 @@ def detect(
         try:
             found[res] = probe()
         except Exception:  # best effort: a broken probe means "not present"
-            logger.debug("detecting %s failed", res, exc_info=True)
+            pass
     result = {}
     for res, (count, accel_type) in found.items():
         visible = visible_ids(res, environ, root=root)
@@ -335,7 +339,7 @@ def detect(
     return result
 
 
-def _whole(value: Any, field: str) -> int:
+def _whole(value: object, field: str) -> int:
     units = to_fixed(value, field)
     if units % SCALE:
         raise ValueError(f"{field}={value!r} must be a whole number of devices")
@@ -343,8 +347,8 @@ def _whole(value: Any, field: str) -> int:
 
 
 def node_devices(
-    num_gpus: Any = None,
-    resources: Mapping[str, Any] | None = None,
+    num_gpus: object = None,
+    resources: Mapping[str, object] | None = None,
     environ: Mapping[str, str] = os.environ,
     *,
     root: str = "/",

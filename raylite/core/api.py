@@ -63,15 +63,21 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
         if address not in (None, "local"):
             raise ValueError(f"address={address!r}: connecting to a Ray cluster is not available yet; "
                              "call init() without address to use the local runtime")
-        from raylite.core import accelerators
-        totals = _node_totals(num_cpus, num_gpus, resources, object_store_memory)
-        device_totals, device_ids, _ = accelerators.node_devices(num_gpus, _accelerator_part(resources))
-        totals.update(device_totals)
-        from raylite.core.driver import DriverClient
-        from raylite.core.node import Node
+        from raylite.core.zygote import Zygote
         session = f"{os.getpid()}-{os.urandom(4).hex()}"
-        node_id = os.urandom(14).hex()
-        _node = Node(totals, device_ids, session, node_id, "01000000")
+        zygote = Zygote(session)   # first: its start overlaps everything below
+        try:
+            from raylite.core import accelerators
+            totals = _node_totals(num_cpus, num_gpus, resources, object_store_memory)
+            device_totals, device_ids, _ = accelerators.node_devices(num_gpus, _accelerator_part(resources))
+            totals.update(device_totals)
+            from raylite.core.driver import DriverClient
+            from raylite.core.node import Node
+            node_id = os.urandom(14).hex()
+            _node = Node(totals, device_ids, session, node_id, "01000000", zygote)
+        except BaseException:
+            zygote.close()
+            raise
         process.client = DriverClient(_node)
         process.index = 0
         context.set_process(job_id="01000000", node_id=node_id, worker_id=0)

@@ -32,7 +32,7 @@ def _error_value(err: BaseException):
 
 class Node:
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
-                 node_id: str, job_id: str):
+                 node_id: str, job_id: str, zygote: Zygote):
         self.res = NodeResources(totals, device_ids)
         self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
         self.session, self.node_id, self.job_id = session, node_id, job_id
@@ -58,7 +58,7 @@ class Node:
         self._worker_index = itertools.count(1)
         self._timer_seq = itertools.count()
         self.stopping = False
-        self.zygote = Zygote(session)
+        self.zygote = zygote
         self.thread = threading.Thread(target=self._loop, name="raylite-node", daemon=True)
         self.thread.start()
 
@@ -84,7 +84,9 @@ class Node:
             done.set()
 
         self.call(run)
-        done.wait()
+        while not done.wait(0.5):
+            if not self.thread.is_alive():
+                raise exceptions.RaySystemError("the raylite node manager is not running")
         ok, value = box[0]
         if not ok:
             raise value
@@ -103,15 +105,19 @@ class Node:
                 timeout = max(0.0, self.timers[0][0] - time.monotonic())
             if self.commands:
                 timeout = 0
-            for key, events in self.sel.select(timeout):
-                key.data(events)
-            self._woken = False
-            while self.commands:
-                fn, args = self.commands.popleft()
-                fn(*args)
-            self._fire_timers()
-            self._schedule()
-            self._flush()
+            try:
+                for key, events in self.sel.select(timeout):
+                    key.data(events)
+                self._woken = False
+                while self.commands:
+                    fn, args = self.commands.popleft()
+                    fn(*args)
+                self._fire_timers()
+                self._schedule()
+                self._flush()
+            except Exception:   # a bug here must not silently stop the runtime
+                import traceback
+                sys.stderr.write("raylite: internal error in the node manager:\n" + traceback.format_exc())
             if self.stopping and not self.commands:
                 return
 

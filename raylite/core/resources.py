@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Mapping
+from collections.abc import Mapping
 
 SCALE = 10_000
 """Units per whole resource (fixed point: 1 unit = 0.0001)."""
@@ -33,7 +33,7 @@ ACCELERATOR_TYPE_UNITS = 10  # 0.001: a constraint marker, never a real limit
 _RESERVED = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
 
 
-def to_fixed(value: Any, field: str) -> int:
+def to_fixed(value: object, field: str) -> int:
     """Convert a user quantity to integer units, rejecting anything ambiguous.
 
     Floats are rounded to the nearest unit when they are within float noise of
@@ -97,10 +97,10 @@ def _check_accelerator(resource: str, units: int, field: str) -> None:
 
 def normalize_request(
     *,
-    num_cpus: Any = None,
-    num_gpus: Any = None,
-    resources: Mapping[str, Any] | None = None,
-    memory: Any = None,
+    num_cpus: object = None,
+    num_gpus: object = None,
+    resources: Mapping[str, object] | None = None,
+    memory: object = None,
     accelerator_type: str | None = None,
     default_cpus: float = 1.0,
 ) -> dict[str, int]:

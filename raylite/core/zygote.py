@@ -27,6 +27,7 @@ class Zygote:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p])
+        env.pop("PYTHONDONTWRITEBYTECODE", None)   # the zygote's start is on the first task's path
         os.set_inheritable(child.fileno(), True)
         try:   # posix_spawn: no fork of this (threaded) process, and cheaper than subprocess
             self.pid = os.posix_spawn(
