@@ -35,6 +35,7 @@ class Node:
                  node_id: str, job_id: str, zygote: Zygote):
         self.res = NodeResources(totals, device_ids)
         self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
+        self.max_idle = max(1, -(-totals.get("CPU", 0) // SCALE))   # idle workers kept per device set
         self.session, self.node_id, self.job_id = session, node_id, job_id
         self.shm_prefix = serialization.session_prefix(session)
         self.sel = selectors.DefaultSelector()
@@ -596,10 +597,11 @@ class Node:
         else:
             self.res.release(w.alloc)
             w.alloc = None
-            if self.stopping or (w.max_calls and w.calls >= w.max_calls):
+            pool = self.idle.setdefault(w.key, [])
+            if self.stopping or (w.max_calls and w.calls >= w.max_calls) or len(pool) >= self.max_idle:
                 self._send(w, ("exit",))
             else:
-                self.idle.setdefault(w.key, []).append(w)
+                pool.append(w)
         self._finish(spec, results)
 
     def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes) -> None:

@@ -9,6 +9,7 @@ shared-memory segments and exits; workers die with the zygote (PR_SET_PDEATHSIG)
 """
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -70,6 +71,10 @@ def _serve(sock: socket.socket, session: str) -> None:
     from raylite.core import serialization, worker  # preload what every worker needs
     serialization._pickler()
     libc = _libc()
+    gc.collect()
+    gc.freeze()   # workers share these pages instead of copying them when their GC runs
+    if libc is not None:
+        libc.malloc_trim(0)   # hand import-time garbage back, so every fork starts smaller
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children are reaped automatically
