@@ -6,7 +6,7 @@ import os
 import threading
 
 from raylite import exceptions
-from raylite.core import context, serialization
+from raylite.core import context, segments, serialization
 from raylite.core.objects import ObjectRef, next_id, process
 from raylite.core.remote import ActorClass, ActorHandle, RemoteFunction
 from raylite.core.resources import SCALE, to_fixed
@@ -111,7 +111,7 @@ def _node_totals(num_cpus, num_gpus, resources, object_store_memory) -> dict[str
 
 
 def _context() -> RayContext:
-    return RayContext(node_ip_address=NODE_IP, session_dir=serialization.SHM_DIR, address="local",
+    return RayContext(node_ip_address=NODE_IP, session_dir=segments.SHM_DIR, address="local",
                       dashboard_url=None, node_id=context.get_runtime_context().get_node_id())
 
 

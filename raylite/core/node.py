@@ -16,7 +16,7 @@ import time
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import accelerators, serialization
+from raylite.core import accelerators, segments, serialization
 from raylite.core.protocol import Channel, TaskSpec
 from raylite.core.resources import SCALE, NodeResources, from_fixed
 from raylite.core.workers import Actor, ObjectEntry, Waiter, WorkerProc
@@ -37,7 +37,11 @@ class Node:
         self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
         self.max_idle = max(1, -(-totals.get("CPU", 0) // SCALE))   # idle workers kept per device set
         self.session, self.node_id, self.job_id = session, node_id, job_id
-        self.shm_prefix = serialization.session_prefix(session)
+        self.shm_prefix = segments.session_prefix(session)
+        store = totals.get("object_store_memory", 0) // SCALE
+        segments.pool = segments.SegmentPool(min(store // 4, 4 << 30))
+        self.readers: dict[str, set[int]] = {}      # segment -> workers it was sent to
+        self.releasing: dict[str, tuple] = {}   # segment -> (size, workers still mapping it, driver mmap)
         self.sel = selectors.DefaultSelector()
         self.commands: deque = deque()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -169,7 +173,7 @@ class Node:
     def _set_value(self, oid: int, value) -> None:
         entry = self.objects.get(oid)
         if entry is None:
-            serialization.unlink_segments(value.segments())
+            segments.unlink_segments(name for name, _ in value.segments())
             return
         entry.value = value
         waiters, entry.waiters = entry.waiters, []
@@ -199,12 +203,47 @@ class Node:
 
     def _free(self, oid: int) -> None:
         entry = self.objects.pop(oid)
-        names = entry.value.segments() if entry.value is not None else None
-        if names:
-            serialization.unlink_segments(names)
-            serialization.mappings.forget(names)
-            for w in self.workers.values():
-                self._send(w, ("forget", names))
+        if entry.value is not None:
+            for name, size in entry.value.segments():
+                self._retire(name, size)
+
+    def _retire(self, name: str, size: int) -> None:
+        """A freed object's segment: pool it once no process maps it (workers confirm)."""
+        readers = {i for i in self.readers.pop(name, ()) if i in self.workers}
+        unused, mm = segments.mappings.detach(name)
+        if not unused:   # an array in the driver still uses it: never overwrite, just unlink
+            segments.unlink_segments([name])
+            return
+        if not readers:
+            return self._recycle(name, size, mm)
+        self.releasing[name] = (size, readers, mm)
+        for index in readers:
+            self._send(self.workers[index], ("forget", [name]))
+
+    def _recycle(self, name: str, size: int, mm=None) -> None:
+        if not segments.pool.give(name, size, mm):
+            if mm is not None:
+                mm.close()
+            segments.unlink_segments([name])
+
+    def _msg_released(self, w: WorkerProc, names: list) -> None:
+        for name in names:
+            self._reader_done(name, w.index)
+
+    def _reader_done(self, name: str, index: int) -> None:
+        entry = self.releasing.get(name)
+        if entry is not None:
+            entry[1].discard(index)
+            if not entry[1]:
+                del self.releasing[name]
+                self._recycle(name, entry[0], entry[2])
+
+    def _sent(self, w: WorkerProc, values) -> None:
+        """Remember which workers may map which segments."""
+        for value in values:
+            if value is not None and value.buffers:
+                for name, _ in value.segments():
+                    self.readers.setdefault(name, set()).add(w.index)
 
     # ------------------------------------------------------------------ submission
     def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
@@ -325,6 +364,8 @@ class Node:
             fn_bytes = self.functions[spec.fn_id]
             w.functions.add(spec.fn_id)
         deps = {d: self.objects[d].value for d in spec.deps}
+        if deps:
+            self._sent(w, deps.values())
         alloc = w.alloc
         assigned = {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {}
         accel = {r: list(alloc.device_ids.get(r, [])) if alloc else [] for r in self.accel_resources}
@@ -541,6 +582,8 @@ class Node:
         w.chan.close()
         self.dirty_channels.discard(w.chan)
         self.workers.pop(w.index, None)
+        for name in [n for n, (_, pending, _) in self.releasing.items() if w.index in pending]:
+            self._reader_done(name, w.index)   # its mappings died with it
         pool = self.idle.get(w.key)
         if pool and w in pool:
             pool.remove(w)
@@ -625,6 +668,7 @@ class Node:
                 payload = (False, exceptions.ObjectLostError(f"object {waiter.lost_id:028x} was freed"))
             else:
                 payload = (True, [self.objects[i].value for i in ids])
+                self._sent(w, payload[1])
             if w.index in self.workers:
                 self._send(w, ("reply", req, payload))
         self._block_until(w, Waiter(reply), ids, timeout)
@@ -687,7 +731,8 @@ class Node:
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline and self._drain_output():
             pass
-        serialization.remove_session_segments(self.session)
+        segments.remove_session_segments(self.session)
+        segments.pool = None
         for w in list(self.workers.values()):
             w.chan.close()
         self.sel.close()

@@ -7,18 +7,15 @@ copying, so `put` costs one copy and `get` none. Everything smaller rides inline
 from __future__ import annotations
 
 import io
-import itertools
-import mmap
 import os
 import pickle
 import sys
 import types
 
+from raylite.core.segments import mappings, write_segment
+
 INLINE_LIMIT = 1 << 20
-SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else os.environ.get("TMPDIR", "/tmp")
-SEGMENT_PREFIX = "raylite-"
 _SIMPLE = (int, float, str, bytes, bool, type(None))
-_counter = itertools.count()
 
 
 class Serialized:
@@ -32,101 +29,9 @@ class Serialized:
     def __reduce__(self):
         return (Serialized, (self.data, self.buffers, self.is_error))
 
-    def segments(self) -> list[str]:
-        return [b[0] for b in self.buffers if isinstance(b, tuple)]
-
-
-def session_prefix(session: str) -> str:
-    return f"{SEGMENT_PREFIX}{session}-"
-
-
-def _write_segment(prefix: str, raw: memoryview) -> tuple[str, int]:
-    name = f"{prefix}{os.getpid()}-{next(_counter)}"
-    fd = os.open(os.path.join(SHM_DIR, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-    try:
-        view, done = raw.cast("B"), 0
-        while done < len(view):
-            done += os.write(fd, view[done:])
-    finally:
-        os.close(fd)
-    return (name, raw.nbytes)
-
-
-def map_segment(name: str, size: int, private: bool = False) -> memoryview:
-    """Map a segment read-only and shared, or copy-on-write when a writer needs its own pages."""
-    if size == 0:
-        return memoryview(b"")
-    fd = os.open(os.path.join(SHM_DIR, name), os.O_RDONLY)
-    try:
-        if private:
-            mm = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        else:
-            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
-    return memoryview(mm)
-
-
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
-
-
-class MappingCache:
-    """Segments this process has mapped, so a value read by many tasks is mapped once.
-
-    Names are never reused, so a cached mapping can't go stale; the driver sends `forget` when
-    an object is freed, and the cache also drops its oldest entries past MAX_BYTES.
-    """
-
-    MAX_BYTES = 1 << 30
-
-    def __init__(self):
-        self.maps: dict[str, memoryview] = {}
-        self.names: dict[int, str] = {}   # id(mmap) -> segment name, to re-map tensors privately
-        self.bytes = 0
-
-    def get(self, name: str, size: int) -> memoryview:
-        view = self.maps.get(name)
-        if view is None:
-            view = map_segment(name, size).toreadonly()
-            self.maps[name] = view
-            self.names[id(view.obj)] = name
-            self.bytes += size
-            while self.bytes > self.MAX_BYTES and len(self.maps) > 1:
-                self.forget([next(iter(self.maps))])
-        return view
-
-    def forget(self, names) -> None:
-        for name in names:
-            view = self.maps.pop(name, None)
-            if view is not None:
-                self.names.pop(id(view.obj), None)
-                self.bytes -= view.nbytes
-
-    def segment_of(self, array) -> str | None:
-        base = array
-        while base is not None and not isinstance(base, memoryview):
-            base = getattr(base, "base", None)
-        return self.names.get(id(base.obj)) if base is not None else None
-
-
-mappings = MappingCache()
-
-
-def unlink_segments(names) -> None:
-    for name in names:
-        try:
-            os.unlink(os.path.join(SHM_DIR, name))
-        except FileNotFoundError:
-            pass
-
-
-def remove_session_segments(session: str) -> None:
-    prefix = session_prefix(session)
-    try:
-        names = [n for n in os.listdir(SHM_DIR) if n.startswith(prefix)]
-    except OSError:
-        return
-    unlink_segments(names)
+    def segments(self) -> list[tuple[str, int]]:
+        """(name, size) of the shared-memory buffers."""
+        return [b for b in self.buffers if isinstance(b, tuple)]
 
 
 _pickler_class = None
@@ -170,7 +75,7 @@ def _rebuild_tensor(array, requires_grad: bool):
     import torch
     name = mappings.segment_of(array)
     if name is not None:   # tensors are writable: give this one its own copy-on-write mapping
-        private = map_segment(name, array.nbytes, private=True)
+        private = mappings.private_view(name, array.nbytes)
         array = numpy.frombuffer(private, dtype=array.dtype).reshape(array.shape)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a read-only array (small, in-band) is copied by torch below
@@ -204,7 +109,7 @@ def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
         if raw.nbytes < INLINE_LIMIT or shm_prefix is None:
             buffers.append(bytes(raw))
         else:
-            buffers.append(_write_segment(shm_prefix, raw))
+            buffers.append(write_segment(shm_prefix, raw))
         return False
 
     out = io.BytesIO()
@@ -215,7 +120,7 @@ def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
 def loads(ser: Serialized):
     if not ser.buffers:
         return pickle.loads(ser.data)
-    bufs = [b if isinstance(b, bytes) else mappings.get(*b) for b in ser.buffers]
+    bufs = [b if isinstance(b, bytes) else mappings.view(*b) for b in ser.buffers]
     return pickle.loads(ser.data, buffers=bufs)
 
 

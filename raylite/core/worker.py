@@ -14,6 +14,7 @@ from collections import deque
 
 from raylite import exceptions
 from raylite.core import context, objects, serialization
+from raylite.core.segments import mappings
 from raylite.core.protocol import ArgRef, Channel, TaskSpec
 from raylite.core.resources import NodeResources
 
@@ -232,6 +233,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
 
     signal.signal(signal.SIGINT, interrupt)
     chan.send(("hello", os.getpid()))
+    unmapped: set[str] = set()
     while True:
         msg = client.next_message()
         if msg is None or msg[0] == "exit":
@@ -240,7 +242,12 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
         if kind == "run":
             executor.run(*msg[1:])
         elif kind == "forget":
-            serialization.mappings.forget(msg[1])
+            unmapped.update(msg[1])
+        if unmapped:   # segments of freed objects: tell the driver once nothing here maps them
+            released = [name for name in unmapped if mappings.release(name)]
+            if released:
+                unmapped.difference_update(released)
+                client.send(("released", released))
         elif kind == "unprefetch":
             client.send(("unprefetched", msg[1], False))   # it already ran
     sys.stdout.flush()

@@ -68,7 +68,7 @@ def _set_parent_death_signal(libc) -> None:
 
 
 def _serve(sock: socket.socket, session: str) -> None:
-    from raylite.core import serialization, worker  # preload what every worker needs
+    from raylite.core import segments, serialization, worker  # preload what every worker needs
     serialization._pickler()
     libc = _libc()
     gc.collect()
@@ -115,7 +115,7 @@ def _serve(sock: socket.socket, session: str) -> None:
             os.waitpid(-1, 0)
     except ChildProcessError:
         pass
-    serialization.remove_session_segments(session)
+    segments.remove_session_segments(session)
 
 
 def _alive(pid: int) -> bool:

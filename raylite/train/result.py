@@ -1,0 +1,198 @@
+"""Result of a run, and the driver-side recorder that writes a run's directory:
+
+    <run dir>/result.json      one JSON object per rank-0 report (JSON lines), written as they arrive
+    <run dir>/progress.csv     the same history as CSV, written when the run ends
+    <run dir>/checkpoint_NNNNNN/   checkpoints reported by rank 0 (the last N kept, see CheckpointConfig)
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+
+from raylite.train.checkpoint import Checkpoint
+from raylite.train.config import CheckpointConfig
+
+logger = logging.getLogger("raylite.train")
+
+RESULT_FILE = "result.json"
+PROGRESS_FILE = "progress.csv"
+_CKPT_RE = re.compile(r"^checkpoint_(\d{6})($|\.tmp-\d+$)")
+
+
+@dataclass
+class Result:
+    """What a run produced: the last rank-0 metrics, the latest checkpoint, the error if it failed,
+    the run directory, and the whole metrics history."""
+
+    metrics: dict | None
+    checkpoint: Checkpoint | None
+    error: BaseException | None = None
+    path: str | None = None
+    metrics_history: list = field(default_factory=list, repr=False)
+    best_checkpoints: list = field(default_factory=list, repr=False)   # [(Checkpoint, metrics)]
+
+    @property
+    def metrics_dataframe(self):
+        """The history as a pandas DataFrame (None without pandas)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            return None
+        return pd.DataFrame(self.metrics_history)
+
+    @property
+    def filesystem(self):
+        return None
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike) -> Result:
+        """Rebuild a Result from a run directory written by a (finished or killed) run."""
+        path = os.path.abspath(os.fspath(path))
+        history = []
+        file = os.path.join(path, RESULT_FILE)
+        if os.path.isfile(file):
+            with open(file) as f:
+                for line in f:
+                    line = line.strip()
+                    if line:
+                        try:
+                            history.append(json.loads(line))
+                        except ValueError:   # a line cut short by a crash
+                            break
+        by_name = {r.get("checkpoint_dir_name"): r for r in history if r.get("checkpoint_dir_name")}
+        names = sorted(n for n in (os.listdir(path) if os.path.isdir(path) else [])
+                       if _CKPT_RE.match(n) and "." not in n)
+        ckpts = [(Checkpoint(os.path.join(path, n)), by_name.get(n, {})) for n in names]
+        return cls(history[-1] if history else None, ckpts[-1][0] if ckpts else None, None, path, history, ckpts)
+
+    def __repr__(self) -> str:
+        return (f"Result(metrics={self.metrics!r}, checkpoint={self.checkpoint!r}, error={self.error!r}, "
+                f"path={self.path!r})")
+
+
+def _json_default(value):
+    return str(value)
+
+
+class RunRecorder:
+    """Driver side of one run: history, checkpoint registry and retention, callbacks."""
+
+    def __init__(self, run_dir: str, world_size: int, checkpoint_config: CheckpointConfig | None = None,
+                 callbacks: list | None = None, config=None):
+        self.run_dir = os.path.abspath(run_dir)
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.world_size = world_size
+        self.ckpt_config = checkpoint_config or CheckpointConfig()
+        self.callbacks = list(callbacks or [])
+        self.history: list[dict] = []
+        self.checkpoints: list[tuple[int, Checkpoint, dict]] = []   # (index, checkpoint, metrics), kept ones
+        self.next_index = 0
+        self.attempt = 0
+        self.start = time.time()
+        self.rounds: dict[int, dict[int, dict]] = {}
+        self.error: BaseException | None = None
+        self._json = open(os.path.join(self.run_dir, RESULT_FILE), "w")
+        for cb in self.callbacks:
+            if hasattr(cb, "start_training"):
+                cb.start_training(logdir=self.run_dir, config=config or {})
+
+    # -- during the run --
+    def begin_attempt(self, attempt: int) -> None:
+        self._flush_rounds()
+        self.attempt = attempt
+
+    def add(self, items: list) -> None:
+        for attempt, rank, seq, metrics, ckpt_name, ts in items:
+            if attempt != self.attempt:
+                continue
+            if rank == 0:
+                if metrics is not None:
+                    self._record(dict(metrics), ckpt_name, ts)
+                if ckpt_name is not None:
+                    self._register(ckpt_name, metrics if metrics is not None else {})
+            if metrics is not None and self.callbacks:
+                self.rounds.setdefault(seq, {})[rank] = metrics
+                if len(self.rounds[seq]) == self.world_size:
+                    self._flush_rounds(upto=seq)
+
+    def _record(self, metrics: dict, ckpt_name: str | None, ts: float) -> None:
+        auto = {"training_iteration": len(self.history) + 1, "time_total_s": round(ts - self.start, 6),
+                "timestamp": int(ts), "checkpoint_dir_name": ckpt_name}
+        for key, value in auto.items():
+            metrics.setdefault(key, value)
+        self.history.append(metrics)
+        self._json.write(json.dumps(metrics, default=_json_default) + "\n")
+        self._json.flush()
+
+    def _register(self, name: str, metrics: dict) -> None:
+        index = int(name.split("_")[1])
+        self.next_index = max(self.next_index, index + 1)
+        self.checkpoints.append((index, Checkpoint(os.path.join(self.run_dir, name)), metrics))
+        n = self.ckpt_config.num_to_keep
+        if n is None or len(self.checkpoints) <= n:
+            return
+        attr = self.ckpt_config.checkpoint_score_attribute
+        if attr is None:
+            ranked = sorted(self.checkpoints, key=lambda c: c[0], reverse=True)
+        else:
+            sign = 1 if self.ckpt_config.checkpoint_score_order == "max" else -1
+
+            def score(c):
+                v = c[2].get(attr)
+                return sign * v if isinstance(v, (int, float)) and not math.isnan(v) else -math.inf
+            ranked = sorted(self.checkpoints, key=score, reverse=True)
+        keep = {c[0] for c in ranked[:n]} | {self.checkpoints[-1][0]}   # the latest is kept for resuming
+        for c in self.checkpoints:
+            if c[0] not in keep:
+                shutil.rmtree(c[1].path, ignore_errors=True)
+        self.checkpoints = [c for c in self.checkpoints if c[0] in keep]
+
+    def _flush_rounds(self, upto: int | None = None) -> None:
+        for seq in sorted(self.rounds):
+            if upto is not None and seq > upto:
+                break
+            results = [m for _, m in sorted(self.rounds.pop(seq).items())]
+            for cb in self.callbacks:
+                if hasattr(cb, "handle_result"):
+                    cb.handle_result(results)
+
+    @property
+    def latest_checkpoint(self) -> Checkpoint | None:
+        return self.checkpoints[-1][1] if self.checkpoints else None
+
+    def remove_orphans(self) -> None:
+        """Checkpoint directories a dead attempt wrote but never reported."""
+        kept = {os.path.basename(c[1].path) for c in self.checkpoints}
+        for name in os.listdir(self.run_dir):
+            if _CKPT_RE.match(name) and name not in kept:
+                shutil.rmtree(os.path.join(self.run_dir, name), ignore_errors=True)
+
+    # -- at the end --
+    def finish(self, error: BaseException | None = None) -> Result:
+        self._flush_rounds()
+        self._json.close()
+        self.error = error
+        self._write_csv()
+        for cb in self.callbacks:
+            if hasattr(cb, "finish_training"):
+                cb.finish_training(error=error is not None)
+        return Result(self.history[-1] if self.history else None, self.latest_checkpoint, error, self.run_dir,
+                      list(self.history), [(c[1], c[2]) for c in self.checkpoints])
+
+    def _write_csv(self) -> None:
+        columns: dict[str, None] = {}
+        for row in self.history:
+            columns.update(dict.fromkeys(row))
+        with open(os.path.join(self.run_dir, PROGRESS_FILE), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(columns))
+            writer.writeheader()
+            for row in self.history:
+                writer.writerow({k: (json.dumps(v, default=_json_default) if isinstance(v, (dict, list)) else v)
+                                 for k, v in row.items()})

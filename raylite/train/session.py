@@ -1,0 +1,330 @@
+"""What ``train_func`` sees inside a worker: report, get_context, get_checkpoint, and the 1.x
+functions world_rank / local_rank / world_size / save_checkpoint / load_checkpoint.
+
+Outside a run (in the driver, or a plain task) the context is rank 0 of 1, ``get_checkpoint()`` is
+None and ``report`` warns and does nothing.
+"""
+from __future__ import annotations
+
+import numbers
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+
+from raylite.train.checkpoint import Checkpoint, persist
+
+
+@dataclass
+class SessionInfo:
+    """Sent by the driver with each run: who this worker is and where results go."""
+
+    world_rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    node_rank: int = 0
+    run_dir: str | None = None
+    experiment_name: str | None = None
+    trial_name: str | None = None
+    checkpoint: Checkpoint | None = None      # to resume from
+    next_checkpoint_index: int = 0
+    attempt: int = 0
+    use_gpu: bool = False
+    reporter: object = None                    # the driver's _Reporter actor
+    metadata: dict = field(default_factory=dict)
+
+
+class _Session:
+    def __init__(self, info: SessionInfo):
+        self.info = info
+        self.seq = 0
+        self.ckpt_index = info.next_checkpoint_index
+
+    def report(self, metrics: dict, checkpoint: Checkpoint | None) -> None:
+        info = self.info
+        name = None
+        if checkpoint is not None and info.world_rank == 0 and info.run_dir:
+            name = f"checkpoint_{self.ckpt_index:06d}"
+            persist(checkpoint, info.run_dir, name)
+            self.ckpt_index += 1
+        seq = -1 if metrics is None else self.seq   # -1: a checkpoint without metrics (1.x save)
+        if info.reporter is not None:   # fire and forget: calls from one caller run in order
+            info.reporter.report.remote(info.attempt, info.world_rank, seq, metrics, name, time.time())
+        if metrics is not None:
+            self.seq += 1
+
+
+_session: _Session | None = None
+_default_info = SessionInfo()
+
+
+def _start(info: SessionInfo) -> None:
+    global _session
+    _session = _Session(info)
+
+
+def _end() -> None:
+    global _session
+    _session = None
+
+
+def _info() -> SessionInfo:
+    return _session.info if _session is not None else _default_info
+
+
+class TrainContext:
+    """``train.get_context()``: ranks and sizes of the calling worker (Ray Train 2.x)."""
+
+    def get_world_rank(self) -> int:
+        return _info().world_rank
+
+    def get_local_rank(self) -> int:
+        return _info().local_rank
+
+    def get_world_size(self) -> int:
+        return _info().world_size
+
+    def get_local_world_size(self) -> int:
+        return _info().local_world_size
+
+    def get_node_rank(self) -> int:
+        return _info().node_rank
+
+    def get_experiment_name(self) -> str | None:
+        return _info().experiment_name
+
+    def get_trial_name(self) -> str | None:
+        return _info().trial_name
+
+    def get_trial_dir(self) -> str | None:
+        return _info().run_dir
+
+    def get_storage(self) -> str | None:
+        return _info().run_dir
+
+    def get_metadata(self) -> dict:
+        return dict(_info().metadata)
+
+    def uses_gpu(self) -> bool:
+        return _info().use_gpu
+
+    def in_session(self) -> bool:
+        return _session is not None
+
+    def __repr__(self) -> str:
+        i = _info()
+        return f"TrainContext(world_rank={i.world_rank}, world_size={i.world_size}, local_rank={i.local_rank})"
+
+
+def get_context() -> TrainContext:
+    return TrainContext()
+
+
+def world_rank() -> int:
+    return _info().world_rank
+
+
+def local_rank() -> int:
+    return _info().local_rank
+
+
+def world_size() -> int:
+    return _info().world_size
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint to resume from: the latest one persisted by this run (after a restart) or the
+    one the run was started with; None when there is none or outside a run."""
+    return _info().checkpoint
+
+
+def _plain(value):
+    """Metrics as plain Python values: numpy and torch scalars (and one-element tensors) become
+    numbers, so the history can be written as JSON and CSV."""
+    if isinstance(value, (bool, str, type(None))):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except (ValueError, RuntimeError, TypeError):   # more than one element
+            return value
+    return value
+
+
+def report(self, metrics: dict, checkpoint: Checkpoint | None) -> None:
+        info = self.info
+        name = None
+        if checkpoint is not None and info.world_rank == 0 and info.run_dir:
+            name = f"checkpoint_{self.ckpt_index:06d}"
+            persist(checkpoint, info.run_dir, name)
+            self.ckpt_index += 1
+        seq = -1 if metrics is None else self.seq   # -1: a checkpoint without metrics (1.x save)
+        if info.reporter is not None:   # fire and forget: calls from one caller run in order
+            info.reporter.report.remote(info.attempt, info.world_rank, seq, metrics, name, time.time())
+        if metrics is not None:
+            self.seq += 1
+
+
+_session: _Session | None = None
+_default_info = SessionInfo()
+
+
+def _start(info: SessionInfo) -> None:
+    global _session
+    _session = _Session(info)
+
+
+def _end() -> None:
+    global _session
+    _session = None
+
+
+def _info() -> SessionInfo:
+    return _session.info if _session is not None else _default_info
+
+
+class TrainContext:
+    """``train.get_context()``: ranks and sizes of the calling worker (Ray Train 2.x)."""
+
+    def get_world_rank(self) -> int:
+        return _info().world_rank
+
+    def get_local_rank(self) -> int:
+        return _info().local_rank
+
+    def get_world_size(self) -> int:
+        return _info().world_size
+
+    def get_local_world_size(self) -> int:
+        return _info().local_world_size
+
+    def get_node_rank(self) -> int:
+        return _info().node_rank
+
+    def get_experiment_name(self) -> str | None:
+        return _info().experiment_name
+
+    def get_trial_name(self) -> str | None:
+        return _info().trial_name
+
+    def get_trial_dir(self) -> str | None:
+        return _info().run_dir
+
+    def get_storage(self) -> str | None:
+        return _info().run_dir
+
+    def get_metadata(self) -> dict:
+        return dict(_info().metadata)
+
+    def uses_gpu(self) -> bool:
+        return _info().use_gpu
+
+    def in_session(self) -> bool:
+        return _session is not None
+
+    def __repr__(self) -> str:
+        i = _info()
+        return f"TrainContext(world_rank={i.world_rank}, world_size={i.world_size}, local_rank={i.local_rank})"
+
+
+def get_context() -> TrainContext:
+    return TrainContext()
+
+
+def world_rank() -> int:
+    return _info().world_rank
+
+
+def local_rank() -> int:
+    return _info().local_rank
+
+
+def world_size() -> int:
+    return _info().world_size
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint to resume from: the latest one persisted by this run (after a restart) or the
+    one the run was started with; None when there is none or outside a run."""
+    return _info().checkpoint
+
+
+def _plain(value):
+    """Metrics as plain Python values: numpy/torch scalars become numbers."""
+    if isinstance(value, (bool, str, type(None))):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", getattr(value, "dim", lambda: 1)) in (0, ()) or (
+            callable(item) and _numel(value) == 1):
+        try:
+            return item()
+        except Exception:
+            return value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _numel(value) -> int | None:
+    try:
+        n = value.numel() if callable(getattr(value, "numel", None)) else getattr(value, "size", None)
+        return int(n) if n is not None and not callable(n) else None
+    except Exception:
+        return None
+
+
+def report(metrics: dict | None = None, checkpoint: Checkpoint | None = None, **kwargs) -> None:
+    """Record one round of metrics (and optionally a checkpoint) from this worker.
+
+    ``report({"loss": l}, checkpoint=Checkpoint.from_directory(d))`` (2.x) or ``report(loss=l)`` (1.x).
+    The driver keeps rank 0's metrics as the run's history; rank 0's checkpoint is copied into the
+    run directory before this returns, so ``d`` may be deleted afterwards.
+    """
+    if metrics is None:
+        metrics = kwargs
+    elif kwargs:
+        metrics = {**metrics, **kwargs}
+    if not isinstance(metrics, dict):
+        raise TypeError(f"report() expects a dict of metrics, got {type(metrics).__name__}")
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise TypeError(f"checkpoint must be a raylite.train.Checkpoint, got {type(checkpoint).__name__}")
+    if _session is None:
+        warnings.warn("raylite.train.report() called outside a training run; ignored", stacklevel=2)
+        return
+    _session.report({str(k): _plain(v) for k, v in metrics.items()}, checkpoint)
+
+
+def save_checkpoint(**state) -> None:
+    """Ray Train 1.x: persist ``state`` (a dict) as a checkpoint without reporting metrics."""
+    if _session is None:
+        warnings.warn("raylite.train.save_checkpoint() called outside a training run; ignored", stacklevel=2)
+        return
+    if _session.info.world_rank != 0:
+        return
+    ckpt = Checkpoint.from_dict(state)
+    try:
+        _session.report(None, ckpt)
+    finally:
+        shutil.rmtree(ckpt.path, ignore_errors=True)
+
+
+def load_checkpoint() -> dict | None:
+    """Ray Train 1.x: the dict given to ``save_checkpoint`` by the run being resumed, or None."""
+    ckpt = get_checkpoint()
+    return None if ckpt is None else ckpt.to_dict()

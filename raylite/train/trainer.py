@@ -1,0 +1,378 @@
+"""The engine: Trainer (Ray Train 1.x's life cycle) and TorchTrainer (Ray 2.x's ``fit``) over one
+worker group, with report collection, checkpoint persistence and restarts after worker deaths."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import raylite as ray
+from raylite import exceptions
+from raylite.train.checkpoint import Checkpoint
+from raylite.train.config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TorchConfig,
+                                  default_storage_path, torch_config_from)
+from raylite.train.result import Result, RunRecorder
+from raylite.train.session import SessionInfo
+from raylite.train.worker_group import ReporterActor, WorkerGroup, is_death
+
+logger = logging.getLogger("raylite.train")
+
+POLL_S = 0.2            # how often the driver drains reports while workers run
+DEATH_GRACE_S = 2.0     # after a worker's error, how long to look for a peer's death behind it
+AUTO_GPU_PROBE_TIMEOUT_S = 30.0
+
+
+class TrainingFailedError(RuntimeError):
+    """Training could not finish: train_func raised (TorchTrainer.fit), or workers kept dying after
+    ``max_failures`` restarts. The original error is ``__cause__``; ``result`` is the partial Result."""
+
+    def __init__(self, message: str, result: Result | None = None):
+        super().__init__(message)
+        self.result = result
+
+
+class _GroupDied(Exception):
+    def __init__(self, rank: int, error: BaseException):
+        super().__init__(f"worker rank {rank} died: {error}")
+        self.rank, self.error = rank, error
+
+
+def _cuda_usable() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available() and torch.cuda.device_count() > 0)
+
+
+def _probe_gpus(num_gpus: float, num_cpus: float) -> bool | None:
+    """Ask raylite.util.probe_gpu_resources (when present) whether a worker can get a GPU."""
+    try:
+        from raylite.util import probe_gpu_resources
+    except ImportError:
+        return None
+    try:
+        kwargs = probe_gpu_resources(timeout=AUTO_GPU_PROBE_TIMEOUT_S, num_gpus=num_gpus, num_cpus=num_cpus)
+    except TypeError:   # another signature than expected: decide without it
+        return None
+    return bool(kwargs.get("num_gpus"))
+
+
+def resolve_use_gpu(use_gpu, num_workers: int, gpus_per_worker: float, cpus_per_worker: float) -> bool:
+    """True/False for the workers; a clear error when use_gpu=True cannot be honoured."""
+    if use_gpu is False:
+        return False
+    need = num_workers * gpus_per_worker
+    have = ray.cluster_resources().get("GPU", 0)
+    if use_gpu == "auto":
+        if have < need:
+            logger.info("raylite.train: use_gpu='auto' -> CPU workers (%s GPUs needed, the runtime has %s)",
+                        need, have)
+            return False
+        if _probe_gpus(gpus_per_worker, cpus_per_worker) is False or not _cuda_usable():
+            logger.info("raylite.train: use_gpu='auto' -> CPU workers (no usable CUDA GPU)")
+            return False
+        return True
+    if have < need:
+        raise RuntimeError(f"use_gpu=True needs {need:g} GPU(s) ({num_workers} worker(s) x {gpus_per_worker:g}) "
+                           f"but the runtime has {have:g}. Pass use_gpu='auto' to fall back to CPU workers "
+                           f"when no GPU is usable, or fewer workers.")
+    if not _cuda_usable():
+        raise RuntimeError(f"use_gpu=True but no usable CUDA GPU: the runtime advertises {have:g} GPU(s), "
+                           f"yet torch.cuda.is_available() is False here (a logical GPU from "
+                           f"init(num_gpus=...) cannot run NCCL). Pass use_gpu='auto' to fall back to CPU "
+                           f"workers when no GPU is usable.")
+    return True
+
+
+def _check_fits(num_workers: int, request: dict) -> None:
+    """Workers that can never all be placed at once would wait forever: fail now."""
+    total = ray.cluster_resources()
+    asks = {"CPU": request["num_cpus"], "GPU": request["num_gpus"], **request["resources"]}
+    for name, each in asks.items():
+        if each and num_workers * each > total.get(name, 0) + 1e-9:
+            raise ValueError(f"{num_workers} workers x {each:g} {name} = {num_workers * each:g} {name}, but the "
+                             f"runtime has {total.get(name, 0):g} {name} in total; use fewer workers or less "
+                             f"per worker (resources_per_worker), or init() with more")
+
+
+def _annotate(err: BaseException, rank: int, world_size: int, fn_name: str) -> BaseException:
+    """Name the failing rank in the error's message (a RayTaskError keeps its type and traceback)."""
+    if isinstance(err, exceptions.RayTaskError):
+        err.function_name = f"worker rank {rank} of {world_size}: {fn_name}"
+        err.args = (str(err),)
+    try:
+        err.world_rank = rank
+    except AttributeError:
+        pass
+    return err
+
+
+class Trainer:
+    """``Trainer(backend="torch", num_workers=1, use_gpu=False, resources_per_worker=None, logdir=None,
+    max_failures=0)``; ``start()``, ``run(train_func, config=None)``, ``shutdown()`` or ``with``.
+
+    Workers stay warm between ``run`` calls; a failed run tears them down and the next one starts a
+    new group. Each run writes ``logdir/run_NNN/``; ``last_result`` is its Result.
+    """
+
+    def __init__(self, backend="torch", num_workers: int = 1, use_gpu=False, resources_per_worker: dict | None = None,
+                 logdir: str | os.PathLike | None = None, max_failures: int = 0):
+        self._torch_config: TorchConfig = torch_config_from(backend)
+        self._scaling = ScalingConfig(num_workers, use_gpu, resources_per_worker)
+        if not isinstance(max_failures, int) or max_failures < -1:
+            raise ValueError(f"max_failures must be an integer >= -1 (-1: no limit), got {max_failures!r}")
+        self.max_failures = max_failures
+        self.logdir = os.path.abspath(os.path.expanduser(os.fspath(logdir))) if logdir is not None else None
+        self.use_gpu: bool | None = None        # resolved at start()
+        self._group: WorkerGroup | None = None
+        self._reporter = None
+        self._init_hook = None
+        self._lock = threading.Lock()
+        self.latest_run_dir: str | None = None
+        self.last_result: Result | None = None
+        self.worker_infos: list[dict] = []
+
+    # -- life cycle --
+    def start(self, initialization_hook=None) -> None:
+        """Start the workers and join them in a process group (``initialization_hook`` runs on each)."""
+        self._init_hook = initialization_hook
+        self._ensure_group()
+
+    def _ensure_group(self) -> None:
+        if self._group is not None:
+            return
+        request = self._preflight()
+        sc = self._scaling
+        if self._reporter is None:
+            self._reporter = ReporterActor.remote()
+        group = WorkerGroup(sc.num_workers, request, self.use_gpu, self._torch_config.backend,
+                            self._torch_config.timeout_s)
+        try:
+            self.worker_infos = group.start(self._init_hook)
+        except BaseException:
+            group.kill()
+            raise
+        self._group = group
+
+    def _preflight(self) -> dict:
+        """Resolve use_gpu and check the workers fit the runtime; returns the per-worker request."""
+        if not ray.is_initialized():
+            ray.init()
+        sc = self._scaling
+        if self.use_gpu is None:
+            asked = sc.worker_request(use_gpu=sc.use_gpu is not False)
+            self.use_gpu = resolve_use_gpu(sc.use_gpu, sc.num_workers, asked["num_gpus"] or 1, asked["num_cpus"])
+        request = sc.worker_request(self.use_gpu)
+        _check_fits(sc.num_workers, request)
+        return request
+
+    def shutdown(self) -> None:
+        """Stop the workers (and the reporter)."""
+        if self._group is not None:
+            self._group.kill()
+            self._group = None
+        reporter, self._reporter = self._reporter, None
+        if reporter is not None and ray.is_initialized():
+            try:
+                ray.kill(reporter)
+            except Exception:
+                pass
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    # -- runs --
+    def run(self, train_func, config: dict | None = None, callbacks: list | None = None,
+            checkpoint: Checkpoint | None = None, checkpoint_strategy: CheckpointConfig | None = None) -> list:
+        """Run ``train_func`` (or ``train_func(config)``) on every worker; returns their return values
+        in rank order. ``checkpoint`` is what ``train.get_checkpoint()`` returns at first."""
+        run_dir = self._next_run_dir()
+        returns, _ = self._execute(train_func, config, run_dir, checkpoint, checkpoint_strategy, callbacks)
+        return returns
+
+    def _next_run_dir(self) -> str:
+        if self.logdir is None:
+            self.logdir = os.path.join(default_storage_path(), time.strftime("train_%Y-%m-%d_%H-%M-%S"))
+        os.makedirs(self.logdir, exist_ok=True)
+        k = 1
+        while os.path.exists(os.path.join(self.logdir, f"run_{k:03d}")):
+            k += 1
+        return os.path.join(self.logdir, f"run_{k:03d}")
+
+    @property
+    def latest_checkpoint(self) -> Checkpoint | None:
+        return self.last_result.checkpoint if self.last_result else None
+
+    @property
+    def latest_checkpoint_dir(self) -> str | None:
+        ckpt = self.latest_checkpoint
+        return ckpt.path if ckpt else None
+
+    @property
+    def best_checkpoint_path(self) -> str | None:
+        if not self.last_result or not self.last_result.best_checkpoints:
+            return None
+        return self.last_result.best_checkpoints[-1][0].path
+
+    def _execute(self, train_func, config, run_dir: str, checkpoint, checkpoint_config, callbacks,
+                 experiment_name: str | None = None) -> tuple[list, Result]:
+        if not callable(train_func):
+            raise TypeError(f"train_func must be callable, got {type(train_func).__name__}")
+        with self._lock:
+            self.latest_run_dir = run_dir
+            recorder = RunRecorder(run_dir, self._scaling.num_workers, checkpoint_config, callbacks, config)
+            error: BaseException | None = None
+            try:
+                returns = self._attempts(train_func, config, recorder, checkpoint, experiment_name)
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                self.last_result = recorder.finish(error)
+            return returns, self.last_result
+
+    def _attempts(self, train_func, config, recorder: RunRecorder, checkpoint, experiment_name) -> list:
+        failures = 0
+        while True:
+            try:
+                self._ensure_group()
+                recorder.begin_attempt(failures)
+                return self._attempt(train_func, config, recorder, recorder.latest_checkpoint or checkpoint,
+                                     failures, experiment_name)
+            except _GroupDied as died:
+                err, rank = died.error, died.rank
+            except exceptions.RayActorError as e:   # died while the group was starting
+                err, rank = e, -1
+            failures += 1
+            self._teardown([], recorder)
+            recorder.remove_orphans()
+            n = self._scaling.num_workers
+            who = f"worker rank {rank} of {n}" if rank >= 0 else "a worker (while starting the group)"
+            if 0 <= self.max_failures < failures:
+                latest = recorder.latest_checkpoint
+                raise TrainingFailedError(
+                    f"raylite.train: {who} died ({type(err).__name__}: {err}); the worker group was restarted "
+                    f"{failures - 1} time(s) and max_failures={self.max_failures}, so training stops. Latest "
+                    f"checkpoint: {latest.path if latest else None}") from err
+            latest = recorder.latest_checkpoint or checkpoint
+            logger.warning("raylite.train: %s died (%s); restarting the worker group (failure %d of %s), "
+                           "resuming from %s", who, type(err).__name__, failures,
+                           "unlimited" if self.max_failures < 0 else self.max_failures,
+                           latest.path if latest else "the start (no checkpoint)")
+
+    def _attempt(self, train_func, config, recorder: RunRecorder, checkpoint, attempt: int,
+                 experiment_name) -> list:
+        group, n = self._group, self._scaling.num_workers
+        infos = [SessionInfo(world_rank=r, local_rank=r, world_size=n, local_world_size=n, node_rank=0,
+                             run_dir=recorder.run_dir, experiment_name=experiment_name,
+                             trial_name=os.path.basename(recorder.run_dir), checkpoint=checkpoint,
+                             next_checkpoint_index=recorder.next_index, attempt=attempt, use_gpu=self.use_gpu,
+                             reporter=self._reporter) for r in range(n)]
+        refs = group.run(train_func, config, infos)
+        rank_of = {r: i for i, r in enumerate(refs)}
+        results: list = [None] * n
+        deaths: dict[int, BaseException] = {}
+        errors: list[tuple[int, BaseException]] = []
+
+        def collect(ready):
+            for ref in ready:
+                rank = rank_of[ref]
+                try:
+                    results[rank] = ray.get(ref)
+                except Exception as e:   # noqa: BLE001 - classified below
+                    if is_death(e):
+                        deaths[rank] = e
+                    else:
+                        errors.append((rank, e))
+
+        pending = list(refs)
+        while pending and not deaths and not errors:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=POLL_S)
+            self._drain(recorder)
+            collect(ready)
+        if errors and not deaths and pending:
+            # A peer's death usually shows first as a collective error in the survivors: look for it.
+            deadline = time.monotonic() + DEATH_GRACE_S
+            while pending and not deaths and time.monotonic() < deadline:
+                ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+                collect(ready)
+        if deaths or errors:
+            self._teardown(pending, recorder)
+            if deaths:
+                rank = min(deaths)
+                raise _GroupDied(rank, deaths[rank])
+            rank, err = errors[0]
+            raise _annotate(err, rank, n, getattr(train_func, "__name__", "train_func"))
+        self._drain(recorder)
+        return results
+
+    def _drain(self, recorder: RunRecorder) -> None:
+        recorder.add(ray.get(self._reporter.drain.remote()))
+
+    def _teardown(self, pending: list, recorder: RunRecorder) -> None:
+        """Kill the group (peers of a failed worker may be stuck in a collective), wait until their
+        calls have ended, then take the last reports they sent."""
+        if self._group is not None:
+            self._group.kill()
+            self._group = None
+        if pending:
+            ray.wait(pending, num_returns=len(pending), timeout=10.0)
+        if self._reporter is not None:
+            self._drain(recorder)
+
+
+class TorchTrainer:
+    """Ray Train 2.x: ``TorchTrainer(train_loop_per_worker, train_loop_config=None, *, scaling_config,
+    run_config, torch_config, resume_from_checkpoint).fit() -> Result``."""
+
+    def __init__(self, train_loop_per_worker, train_loop_config: dict | None = None, *,
+                 torch_config: TorchConfig | None = None, scaling_config: ScalingConfig | None = None,
+                 run_config: RunConfig | None = None, resume_from_checkpoint: Checkpoint | None = None,
+                 datasets: dict | None = None, dataset_config=None, metadata: dict | None = None):
+        if not callable(train_loop_per_worker):
+            raise TypeError("train_loop_per_worker must be callable")
+        if datasets:
+            raise NotImplementedError("datasets= (Ray Data) is not supported by raylite.train; load or pass the "
+                                      "data inside train_loop_per_worker (e.g. through train_loop_config)")
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = train_loop_config
+        self.torch_config = torch_config or TorchConfig()
+        self.scaling_config = scaling_config or ScalingConfig()
+        self.run_config = run_config or RunConfig()
+        self.resume_from_checkpoint = resume_from_checkpoint
+
+    def fit(self) -> Result:
+        rc, sc = self.run_config, self.scaling_config
+        failure = rc.failure_config or FailureConfig()
+        name = rc.name or time.strftime("TorchTrainer_%Y-%m-%d_%H-%M-%S")
+        run_dir = _unique_dir(os.path.join(os.path.expanduser(rc.storage_path or default_storage_path()), name))
+        trainer = Trainer(self.torch_config, sc.num_workers, sc.use_gpu, sc.resources_per_worker,
+                          max_failures=failure.max_failures)
+        trainer._preflight()   # configuration errors (no GPU, too many workers) raise as they are
+        try:
+            trainer._execute(self.train_loop_per_worker, self.train_loop_config, run_dir,
+                             self.resume_from_checkpoint, rc.checkpoint_config, rc.callbacks, experiment_name=name)
+        except TrainingFailedError as e:
+            e.result = e.result or trainer.last_result
+            raise
+        except Exception as e:
+            raise TrainingFailedError(f"raylite.train: training failed: {type(e).__name__}: {e}",
+                                      trainer.last_result) from e
+        finally:
+            trainer.shutdown()
+        return trainer.last_result
+
+
+def _unique_dir(path: str) -> str:
+    """``path``, or ``path_2``, ``path_3``... if a previous run already wrote there."""
+    candidate, k = path, 1
+    while os.path.exists(os.path.join(candidate, "result.json")):
+        k += 1
+        candidate = f"{path}_{k}"
+    return candidate

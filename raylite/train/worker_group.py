@@ -1,0 +1,188 @@
+"""The worker group: N runtime actors joined in one torch.distributed process group, and the
+reporter actor that carries ``train.report`` calls from the workers to the driver.
+
+Reports: every worker sends each report, fire-and-forget, to one small ``_Reporter`` actor
+(0 CPUs) that only buffers them; the driver drains it while it waits on the workers. Reports and
+checkpoint registrations so survive a worker's death, and the driver never needs a second call
+into a busy worker (actor calls run one at a time). Checkpoint files do not travel through it:
+rank 0 copies them into the run directory itself, since the local backend shares one filesystem.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import socket
+import time
+from datetime import timedelta
+
+import raylite as ray
+from raylite import exceptions
+from raylite.train import session
+
+logger = logging.getLogger("raylite.train")
+
+PENDING_WARNING_S = 30.0        # say which resources block the workers after this long
+
+
+class _Reporter:
+    """Buffers (attempt, rank, seq, metrics, checkpoint name, time) tuples until the driver drains them."""
+
+    def __init__(self):
+        self.items: list = []
+
+    def report(self, *item) -> None:
+        self.items.append(item)
+
+    def drain(self) -> list:
+        items, self.items = self.items, []
+        return items
+
+
+class _TrainWorker:
+    """One training process. Lives as long as the worker group (kept warm between runs)."""
+
+    def __init__(self):
+        self.rank = None
+
+    def address(self) -> tuple[str, int]:
+        """Where rank 0 will listen for the process group's TCP store: loopback and a free port."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return "127.0.0.1", s.getsockname()[1]
+
+    def setup(self, rank: int, world_size: int, master_addr: str, master_port: int, backend: str | None,
+              timeout_s: float, use_gpu: bool, num_threads: int, init_hook=None) -> dict:
+        self.rank = rank
+        env = {"RANK": rank, "WORLD_SIZE": world_size, "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": world_size,
+               "NODE_RANK": 0, "MASTER_ADDR": master_addr, "MASTER_PORT": master_port}
+        os.environ.update({k: str(v) for k, v in env.items()})
+        if num_threads > 0:   # as Ray does: one intra-op thread per CPU the worker holds
+            os.environ["OMP_NUM_THREADS"] = str(num_threads)
+        import torch
+        import torch.distributed as dist
+        if num_threads > 0:
+            torch.set_num_threads(num_threads)
+        device = "cpu"
+        if use_gpu:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if not torch.cuda.is_available():
+                raise RuntimeError(
+                    f"use_gpu=True but CUDA is not usable in worker rank {rank} "
+                    f"(CUDA_VISIBLE_DEVICES={visible!r}, torch {torch.__version__}, "
+                    f"torch.cuda.is_available() is False). Pass use_gpu='auto' to fall back to CPU workers.")
+            torch.cuda.set_device(0)   # the runtime made the assigned GPU the only visible one
+            device = "cuda:0"
+        backend = backend or ("nccl" if use_gpu else "gloo")
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s))
+        if init_hook is not None:
+            init_hook()
+        return {"rank": rank, "pid": os.getpid(), "device": device, "backend": backend,
+                "gpu_ids": ray.get_runtime_context().get_accelerator_ids().get("GPU", [])}
+
+    def run(self, train_func, config, info: session.SessionInfo):
+        session._start(info)
+        try:
+            if _takes_config(train_func):
+                return train_func({} if config is None else config)
+            if config:
+                raise TypeError(f"{getattr(train_func, '__name__', 'train_func')} takes no arguments, but a "
+                                f"config was given; define it as train_func(config)")
+            return train_func()
+        finally:
+            session._end()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _takes_config(fn) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
+
+
+ReporterActor = ray.remote(num_cpus=0, max_restarts=0)(_Reporter)
+WorkerActor = ray.remote(_TrainWorker)
+
+
+def is_death(err: BaseException) -> bool:
+    """A worker process died (as opposed to user code raising)."""
+    if isinstance(err, exceptions.RayTaskError):
+        return False
+    return isinstance(err, (exceptions.RayActorError, exceptions.WorkerCrashedError))
+
+
+def wait_all(refs: list, what: str, request: dict | None = None) -> list:
+    """``ray.get`` on refs, failing fast on the first error; warns periodically while they are
+    pending, naming the resources asked for and those free (workers waiting to be placed)."""
+    pending, values = list(refs), {}
+    started = last_warning = time.monotonic()
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=5.0)
+        for r in ready:
+            values[r] = ray.get(r)   # raises the worker's error
+        now = time.monotonic()
+        if pending and now - last_warning >= PENDING_WARNING_S:
+            last_warning = now
+            logger.warning("raylite.train: still waiting after %.0f s for %s (%d of %d pending); each worker "
+                           "asks for %s, the runtime has %s available", now - started, what, len(pending),
+                           len(refs), request, ray.available_resources())
+    return [values[r] for r in refs]
+
+
+class WorkerGroup:
+    """``num_workers`` actors, each with ``request`` ({num_cpus, num_gpus, resources})."""
+
+    def __init__(self, num_workers: int, request: dict, use_gpu: bool, backend: str | None, timeout_s: float):
+        self.num_workers = num_workers
+        self.request = request
+        self.use_gpu = use_gpu
+        self.backend = backend
+        self.timeout_s = timeout_s
+        self.workers: list = []
+        self.infos: list[dict] = []
+
+    def start(self, init_hook=None) -> list[dict]:
+        for attempt in range(3):
+            try:
+                return self._start(init_hook)
+            except Exception as e:   # a port taken between choosing and binding it: try another
+                self.kill()
+                if attempt == 2 or "in use" not in str(e).lower():
+                    raise
+                logger.info("raylite.train: master port was taken (%s); retrying", e)
+        raise AssertionError("unreachable")
+
+    def _start(self, init_hook) -> list[dict]:
+        opts = {"num_cpus": self.request["num_cpus"], "max_restarts": 0}
+        if self.request["num_gpus"]:
+            opts["num_gpus"] = self.request["num_gpus"]
+        if self.request["resources"]:
+            opts["resources"] = self.request["resources"]
+        self.workers = [WorkerActor.options(**opts).remote() for _ in range(self.num_workers)]
+        what = f"{self.num_workers} raylite.train workers"
+        addr, port = wait_all([self.workers[0].address.remote()], what, self.request)[0]
+        threads = max(1, int(self.request["num_cpus"]))
+        refs = [w.setup.remote(rank, self.num_workers, addr, port, self.backend, self.timeout_s, self.use_gpu,
+                               threads, init_hook) for rank, w in enumerate(self.workers)]
+        self.infos = wait_all(refs, what, self.request)
+        return self.infos
+
+    def run(self, train_func, config, infos: list) -> list:
+        return [w.run.remote(train_func, config, info) for w, info in zip(self.workers, infos)]
+
+    def kill(self) -> None:
+        workers, self.workers = self.workers, []
+        if not ray.is_initialized():
+            return
+        for w in workers:
+            try:
+                ray.kill(w)
+            except Exception:   # already gone, or the runtime is shutting down
+                pass

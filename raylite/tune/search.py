@@ -1,0 +1,155 @@
+"""Search algorithms: Optuna samplers behind Ray Tune's names.
+
+Both searchers ask one Optuna study (created by the runner, with the scheduler's pruner) for each
+trial: `study.ask(distributions)` samples every domain of the search space; grid axes are fixed for
+that trial with `study.enqueue_trial`, so they are recorded as Optuna params too.
+
+- `BasicVariantGenerator` (the default): Optuna's RandomSampler plus grids, like Ray's default.
+- `OptunaSearch(sampler=None, seed=None)`: TPE by default, or any Optuna sampler.
+"""
+from __future__ import annotations
+
+from optuna import distributions as od
+from optuna import samplers
+
+from raylite.tune.search_space import Domain, SearchSpace, path_name
+
+
+class Searcher:
+    """Base: subclasses provide the Optuna sampler; `suggest` turns an Optuna trial into a config."""
+
+    allows_grid = True
+
+    def __init__(self, metric: str | None = None, mode: str | None = None, points_to_evaluate=None):
+        if mode not in (None, "min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        self.metric, self.mode = metric, mode
+        self.points_to_evaluate = list(points_to_evaluate or [])
+        self.space: SearchSpace | None = None
+        self._sampler = None
+
+    def make_sampler(self) -> samplers.BaseSampler:
+        raise NotImplementedError
+
+    @property
+    def sampler(self) -> samplers.BaseSampler:
+        if self._sampler is None:
+            self._sampler = self.make_sampler()
+        return self._sampler
+
+    def set_search_space(self, config: dict | None) -> SearchSpace:
+        space = SearchSpace(config)
+        if space.grids and not self.allows_grid:
+            names = ", ".join(path_name(p) for p, _ in space.grids)
+            raise ValueError(
+                f"{type(self).__name__} cannot combine grid_search ({names}) with its sampler. Use "
+                f"tune.choice([...]) for those parameters (with "
+                f"sampler=optuna.samplers.GridSampler({{...}}) every combination is tried), or leave "
+                f"search_alg unset: the default search runs every grid point num_samples times with "
+                f"random sampling for the rest.")
+        self.space = space
+        return space
+
+    def suggest(self, study, index: int):
+        """(config, optuna trial) for the index-th trial of the experiment."""
+        space = self.space
+        dists = space.distributions()
+        fixed: dict = {}
+        grid = space.grid_point(index % space.num_grid_points) if space.grids else {}
+        for path, value in grid.items():
+            name, stored, dist = space.grid_param(path, value)
+            fixed[name], dists[name] = stored, dist
+        if index < len(self.points_to_evaluate):
+            fixed.update(self._encode_point(self.points_to_evaluate[index]))
+        if fixed:
+            study.enqueue_trial(fixed)
+        trial = study.ask(dists)
+        sampled = {name: trial.params[name] for name in dists}
+        return space.resolve(grid, sampled), trial
+
+    def restore(self, study, params: dict, distributions: dict):
+        """An Optuna trial with the given params again (a resumed trial keeps its config)."""
+        dists = {k: od.json_to_distribution(v) for k, v in distributions.items()}
+        if params:
+            study.enqueue_trial(params)
+        return study.ask(dists)
+
+    def _encode_point(self, point: dict) -> dict:
+        from raylite.tune.storage import flatten
+        domains = {path_name(p): d for p, d in self.space.domains}
+        out = {}
+        for name, value in flatten(point).items():
+            if name not in domains:
+                raise ValueError(f"points_to_evaluate names {name!r}, which is not a sampled parameter "
+                                 f"of the search space ({sorted(domains)})")
+            out[name] = domains[name].encode(value)
+        return out
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+class BasicVariantGenerator(Searcher):
+    """Ray's default search: every grid point, `num_samples` times; other domains sampled at random
+    (Optuna's RandomSampler, seeded by `random_state`)."""
+
+    def __init__(self, random_state: int | None = None, points_to_evaluate=None):
+        super().__init__(points_to_evaluate=points_to_evaluate)
+        self.random_state = random_state
+
+    def make_sampler(self):
+        return samplers.RandomSampler(seed=self.random_state)
+
+    def describe(self) -> str:
+        return "random search (Optuna RandomSampler)" + (" + grid" if self.space and self.space.grids else "")
+
+
+class OptunaSearch(Searcher):
+    """Optuna's ask/tell with TPE by default (`seed` seeds it), or any Optuna `sampler`.
+
+    `space` may be a dict of Optuna distributions (`{"lr": optuna.distributions.FloatDistribution(...)}`)
+    instead of tune domains in `config`; `points_to_evaluate` lists configs to try first.
+    """
+
+    allows_grid = False
+
+    def __init__(self, space: dict | None = None, metric: str | None = None, mode: str | None = None,
+                 points_to_evaluate=None, sampler: samplers.BaseSampler | None = None, seed: int | None = None):
+        super().__init__(metric, mode, points_to_evaluate)
+        if sampler is not None and not isinstance(sampler, samplers.BaseSampler):
+            raise TypeError(f"sampler must be an Optuna sampler, got {type(sampler).__name__}")
+        self.optuna_space = space
+        self.user_sampler, self.seed = sampler, seed
+
+    def make_sampler(self):
+        return self.user_sampler or samplers.TPESampler(seed=self.seed)
+
+    def set_search_space(self, config: dict | None) -> SearchSpace:
+        if self.optuna_space:
+            config = dict(config or {})
+            for name, dist in self.optuna_space.items():
+                if not isinstance(dist, od.BaseDistribution):
+                    raise TypeError(f"OptunaSearch(space=...) values must be Optuna distributions; "
+                                    f"{name!r} is {type(dist).__name__}")
+                config[name] = _OptunaDomain(dist)
+        return super().set_search_space(config)
+
+    def describe(self) -> str:
+        return f"OptunaSearch ({type(self.sampler).__name__})"
+
+
+class _OptunaDomain(Domain):
+    """A raw Optuna distribution used as a domain."""
+
+    def __init__(self, dist):
+        self.dist = dist
+
+    def to_optuna(self):
+        return self.dist
+
+    def encode(self, value):
+        return value
+
+    def decode(self, value):
+        return value
+

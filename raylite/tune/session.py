@@ -1,0 +1,278 @@
+"""The trial side: `report`, `get_checkpoint`, `Checkpoint`, and the task that runs a function trainable.
+
+A trial is one raylite task with the trial's resources (so it gets its device variables). Each
+`report` goes to the experiment's hub actor, which the driver drains; the reply carries the
+driver's stop decision, and a stopped trial ends at its next `report` (a `StopTrial` raised there).
+Reports block for the reply at most every `BLOCK_EVERY_S` (always when they carry a checkpoint), so
+a slow trial learns of a stop at its next report and a fast one costs a message, not a round trip.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+import pickle
+import shutil
+import tempfile
+import time
+
+import raylite as ray
+
+BLOCK_EVERY_S = 0.05
+CHECKPOINT_META = ".tune_checkpoint.json"
+CHECKPOINT_DATA = "checkpoint.pkl"
+
+
+class StopTrial(BaseException):
+    """Raised inside `report` when the driver stopped the trial (a BaseException, so user code's
+    `except Exception` does not swallow it)."""
+
+
+class Checkpoint:
+    """A directory (Ray 2's `Checkpoint.from_directory`) or a dict (`from_dict`, Ray 1.x style)."""
+
+    def __init__(self, path: str | os.PathLike | None = None, data: dict | None = None):
+        self.path = os.fspath(path) if path is not None else None
+        self._data = data
+
+    @classmethod
+    def from_directory(cls, path) -> Checkpoint:
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"checkpoint directory {path} does not exist")
+        return cls(path=path)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Checkpoint:
+        return cls(data=dict(data))
+
+    def to_dict(self) -> dict:
+        if self._data is not None:
+            return dict(self._data)
+        file = os.path.join(self.path, CHECKPOINT_DATA)
+        if not os.path.exists(file):
+            raise ValueError(f"checkpoint {self.path} was not made from a dict (no {CHECKPOINT_DATA})")
+        with open(file, "rb") as f:
+            return pickle.load(f)
+
+    @contextlib.contextmanager
+    def as_directory(self):
+        if self.path is not None:
+            yield self.path
+            return
+        with tempfile.TemporaryDirectory(prefix="raylite-ckpt-") as tmp:
+            self._write_into(tmp)
+            yield tmp
+
+    def to_directory(self, path=None) -> str:
+        path = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="raylite-ckpt-")
+        os.makedirs(path, exist_ok=True)
+        if self.path is not None:
+            shutil.copytree(self.path, path, dirs_exist_ok=True)
+        else:
+            self._write_into(path)
+        return path
+
+    def _write_into(self, path: str) -> None:
+        import cloudpickle
+        with open(os.path.join(path, CHECKPOINT_DATA), "wb") as f:
+            cloudpickle.dump(self._data, f)
+
+    @property
+    def metadata(self) -> dict:
+        try:
+            with open(os.path.join(self.path, CHECKPOINT_META)) as f:
+                return json.load(f)
+        except (OSError, TypeError, ValueError):
+            return {}
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.path!r})" if self.path else "Checkpoint(<dict>)"
+
+    def __fspath__(self) -> str:
+        return self.path
+
+
+def _as_checkpoint(value) -> Checkpoint:
+    if isinstance(value, Checkpoint):
+        return value
+    if isinstance(value, dict):
+        return Checkpoint.from_dict(value)
+    if isinstance(value, (str, os.PathLike)):
+        return Checkpoint.from_directory(value)
+    raise TypeError(f"checkpoint must be a tune.Checkpoint, a dict or a directory, got {type(value).__name__}")
+
+
+def persist_checkpoint(ckpt: Checkpoint, trial_dir: str, iteration: int, meta: dict) -> Checkpoint:
+    """Copy into trial_dir/checkpoint_<iteration>; a checkpoint exists once its rename is done."""
+    dest = os.path.join(trial_dir, f"checkpoint_{iteration:06d}")
+    tmp = dest + f".tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    if ckpt.path is not None:
+        shutil.copytree(ckpt.path, tmp)
+    else:
+        os.makedirs(tmp)
+        ckpt._write_into(tmp)
+    with open(os.path.join(tmp, CHECKPOINT_META), "w") as f:
+        json.dump(meta, f, default=repr)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(tmp, dest)
+    return Checkpoint(dest)
+
+
+def latest_checkpoint(trial_dir: str) -> Checkpoint | None:
+    """The newest complete checkpoint_* directory of a trial (used to restart it)."""
+    try:
+        names = sorted(n for n in os.listdir(trial_dir)
+                       if n.startswith("checkpoint_") and ".tmp" not in n
+                       and os.path.exists(os.path.join(trial_dir, n, CHECKPOINT_META)))
+    except OSError:
+        return None
+    return Checkpoint(os.path.join(trial_dir, names[-1])) if names else None
+
+
+# ---------------------------------------------------------------------------- the session
+class _Session:
+    def __init__(self, info: dict):
+        self.trial_id = info["trial_id"]
+        self.trial_dir = info["trial_dir"]
+        self.hub = info["hub"]
+        self.attempt = info["attempt"]
+        self.resources = info.get("resources", {})
+        self.checkpoint = Checkpoint(info["checkpoint"]) if info.get("checkpoint") else None
+        meta = self.checkpoint.metadata if self.checkpoint else {}
+        self.iteration = int(meta.get("training_iteration", 0))
+        self.time_offset = float(meta.get("time_total_s", 0.0))
+        self.start = self.last = time.time()
+        self.last_block = 0.0
+        self.pid = os.getpid()
+
+
+_session: _Session | None = None
+
+
+def _current() -> _Session:
+    if _session is None:
+        raise RuntimeError("tune.report()/get_checkpoint() can only be called inside a trial run by tune.run()")
+    return _session
+
+
+def report(metrics: dict | None = None, *, checkpoint=None, **kwargs) -> None:
+    """Report one iteration's metrics (`report({"loss": l})`, or the 1.x form `report(loss=l)`),
+    optionally with a checkpoint. Adds `training_iteration`, `time_this_iter_s`, `time_total_s`.
+    Raises `StopTrial` (ending the trainable) when the driver stopped this trial."""
+    s = _current()
+    if metrics is None:
+        metrics = kwargs
+    elif kwargs:
+        metrics = {**metrics, **kwargs}
+    elif not isinstance(metrics, dict):
+        raise TypeError(f"report() expects a dict of metrics, got {type(metrics).__name__}")
+    now = time.time()
+    s.iteration += 1
+    result = dict(metrics)
+    result.update(training_iteration=s.iteration, time_this_iter_s=now - s.last,
+                  time_total_s=s.time_offset + now - s.start, timestamp=int(now), trial_id=s.trial_id,
+                  pid=s.pid)
+    s.last = now
+    block = time.monotonic() - s.last_block >= BLOCK_EVERY_S
+    if checkpoint is not None:
+        meta = {k: result[k] for k in ("training_iteration", "time_total_s")}
+        s.checkpoint = persist_checkpoint(_as_checkpoint(checkpoint), s.trial_dir, s.iteration, meta)
+        result["checkpoint_dir_name"] = os.path.basename(s.checkpoint.path)
+        block = True
+    ref = s.hub.report.remote(s.trial_id, s.attempt, result)
+    if block:
+        stop = ray.get(ref)
+        s.last_block = time.monotonic()
+        if stop:
+            raise StopTrial(s.trial_id)
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint to resume from: the latest this trial reported, or the one it restarted from."""
+    return _current().checkpoint
+
+
+def get_trial_id() -> str:
+    return _current().trial_id
+
+
+def get_trial_dir() -> str:
+    return _current().trial_dir
+
+
+def get_trial_resources() -> dict:
+    return dict(_current().resources)
+
+
+def run_trial(trainable, config: dict, info: dict) -> dict:
+    """The task body: run the function trainable with a session installed."""
+    global _session
+    _session = s = _Session(info)
+    s.hub.started.remote(s.trial_id, s.attempt, os.getpid(),
+                         ray.get_runtime_context().get_accelerator_ids())
+    stopped = False
+    try:
+        if _wants_checkpoint_dir(trainable):
+            out = trainable(config, checkpoint_dir=s.checkpoint.path if s.checkpoint else None)
+        else:
+            out = trainable(config)
+        if isinstance(out, dict) and out:
+            report(out)   # a returned dict is the last result, as in Ray
+        # No flush needed: this worker's report calls reach the node before its "done", so any drain
+        # the driver sends after seeing the task finish runs after them in the hub's queue.
+    except StopTrial:
+        stopped = True
+    finally:
+        _session = None
+    return {"iterations": s.iteration, "stopped": stopped}
+
+
+def _wants_checkpoint_dir(fn) -> bool:
+    try:
+        return "checkpoint_dir" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class Hub:
+    """The experiment's mailbox actor: trials post results, the driver drains them and posts stops."""
+
+    def __init__(self):
+        self.events: list = []
+        self.stops: set = set()
+
+    def started(self, trial_id, attempt, pid, accelerator_ids) -> None:
+        self.events.append(("start", trial_id, attempt, {"pid": pid, "accelerator_ids": accelerator_ids}))
+
+    def report(self, trial_id, attempt, result) -> bool:
+        self.events.append(("result", trial_id, attempt, result))
+        return trial_id in self.stops
+
+    def drain(self) -> list:
+        events, self.events = self.events, []
+        return events
+
+    def stop(self, trial_ids) -> None:
+        self.stops.update(trial_ids)
+
+
+class with_parameters:   # noqa: N801 - Ray's name
+    """`tune.with_parameters(trainable, data=big)`: large objects go to the object store once
+    (at `tune.run`), not into every trial's arguments."""
+
+    def __init__(self, trainable, **kwargs):
+        self.trainable, self.kwargs, self.__name__ = trainable, kwargs, getattr(trainable, "__name__", "trainable")
+
+    def _put(self) -> with_parameters:
+        return with_parameters(self.trainable, **{k: v if isinstance(v, ray.ObjectRef) else ray.put(v)
+                                                  for k, v in self.kwargs.items()})
+
+    def __call__(self, config, **extra):
+        values = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in self.kwargs.items()}
+        return self.trainable(config, **values, **extra)
+
+    @property
+    def __signature__(self):
+        return inspect.signature(self.trainable)
