@@ -52,14 +52,12 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
     """Start the local runtime: a node manager thread in this process and a zygote for workers."""
     global _node
     with _lock:
-        if _node is not None:
+        if process.client is not None:   # also true inside tasks and actors
             if ignore_reinit_error:
                 return _context()
             raise RuntimeError("Maybe you called ray.init twice by accident? This error can be suppressed "
                                "by passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' "
                                "prior to 'ray.init()'.")
-        if process.index != 0:
-            raise RuntimeError("init() cannot be called inside a task or actor")
         if address not in (None, "local"):
             raise ValueError(f"address={address!r}: connecting to a Ray cluster is not available yet; "
                              "call init() without address to use the local runtime")
