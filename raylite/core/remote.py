@@ -86,6 +86,12 @@ def _uses_accelerators(request: dict) -> bool:
     return any(request.get(r, 0) > 0 for r in ACCELERATOR_RESOURCES)
 
 
+def _refs(spec: TaskSpec):
+    """What `.remote()` returns: one ref, a list for num_returns > 1, None for num_returns=0."""
+    refs = [ObjectRef(i, True) for i in spec.return_ids]
+    return refs[0] if len(refs) == 1 else (refs or None)
+
+
 class _Options:
     """What `.options(...)` returns: the same callable with overridden options."""
 
@@ -138,10 +144,7 @@ class RemoteFunction:
                         self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries)
         _warn_if_infeasible(client, name, request)
         client.submit(spec, self._bytes)
-        refs = [ObjectRef(i, True) for i in spec.return_ids]
-        if num_returns == 1:
-            return refs[0]
-        return refs or None
+        return _refs(spec)
 
 
 def method(*, num_returns: int = 1, **_ignored):
@@ -268,7 +271,4 @@ class ActorMethod:
         spec = TaskSpec("actor_call", next_id(), name, args_ser, deps,
                         tuple(next_id() for _ in range(num_returns)), actor_id=handle._actor_id, method=self._name)
         client.submit(spec, None)
-        refs = [ObjectRef(i, True) for i in spec.return_ids]
-        if num_returns == 1:
-            return refs[0]
-        return refs or None
+        return _refs(spec)
