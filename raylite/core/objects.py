@@ -84,3 +84,8 @@ class ObjectRef:
 
         threading.Thread(target=resolve, daemon=True).start()
         return fut
+
+    def __await__(self):
+        """`await ref` inside async actors and coroutines, as in Ray."""
+        import asyncio
+        return asyncio.wrap_future(self.future()).__await__()
