@@ -18,7 +18,7 @@ from collections import deque
 from raylite import exceptions
 from raylite.core import accelerators, segments, serialization
 from raylite.core.protocol import Channel, TaskSpec
-from raylite.core.resources import SCALE, NodeResources, from_fixed
+from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, NodeResources, from_fixed
 from raylite.core.workers import Actor, ObjectEntry, Waiter, WorkerProc
 from raylite.core.zygote import Zygote
 
@@ -352,8 +352,13 @@ class Node:
             actor.worker, actor.state = w, "ALIVE"
             self._run_on(w, spec)
             return self._pump_actor(actor)
-        pool = self.idle.get(key)
-        w = pool.pop() if pool else self._spawn(alloc.device_ids, key)
+        pool = self.idle.get(key, [])
+        # reuse only a worker with calls to spare, so max_calls=1 always means a fresh process
+        w = next((w for w in reversed(pool) if not spec.max_calls or w.calls < spec.max_calls), None)
+        if w is not None:
+            pool.remove(w)
+        else:
+            w = self._spawn(alloc.device_ids, key)
         w.task, w.alloc, w.name, w.max_calls = spec, alloc, spec.name, spec.max_calls
         w.started = time.monotonic()
         self._run_on(w, spec)
@@ -368,7 +373,7 @@ class Node:
             self._sent(w, deps.values())
         alloc = w.alloc
         assigned = {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {}
-        accel = {r: list(alloc.device_ids.get(r, [])) if alloc else [] for r in self.accel_resources}
+        accel = {r: list(alloc.device_ids.get(r, [])) if alloc else [] for r in ACCELERATOR_RESOURCES}
         self._send(w, ("run", spec, fn_bytes, deps, assigned, accel))
 
     def _finish(self, spec: TaskSpec, results) -> None:
