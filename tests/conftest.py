@@ -178,6 +178,35 @@ def _shm_allocated_bytes(names) -> int:
     return total
 
 
+def _raylite_mappings(pid="self") -> set:
+    """/dev/shm/raylite-* files that process ``pid`` has mapped right now.
+
+    Used to tell this session's segments from those of concurrent sessions
+    (other pytest runs on the same machine), which a before/after diff of
+    /dev/shm cannot do.
+    """
+    found = set()
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6:
+                    path = parts[5].strip()
+                    if path.endswith(" (deleted)"):
+                        path = path[: -len(" (deleted)")]
+                    if path.startswith("/dev/shm/raylite-"):
+                        found.add(path)
+    except OSError:
+        pass
+    return found
+
+
+@pytest.fixture
+def raylite_mappings():
+    """Callable: ``raylite_mappings(pid="self")`` -> set of mapped raylite shm paths."""
+    return _raylite_mappings
+
+
 @pytest.fixture
 def wait_until():
     return _wait_until

@@ -222,10 +222,10 @@ def test_shutdown_leaves_no_worker_processes(ray_start, tmp_path, wait_until, pi
 # --------------------------------------------------------------------------
 
 # Prints "PIDS [...]" (task workers, an actor and a worker running a long task)
-# and "SHM [...]" (raylite shm segments created by this driver).
+# and "SHM [...]" (raylite shm segments of this driver's session, found through
+# the mappings of its processes so concurrent sessions do not interfere).
 DRIVER_PRELUDE = r'''
 import glob, json, os, sys, time
-SHM_BEFORE = set(glob.glob("/dev/shm/raylite-*"))
 import numpy as np
 import raylite as ray
 
@@ -256,9 +256,22 @@ pid_file = os.path.abspath("running_task.pid")
 running = hold.remote(big, pid_file)
 while not os.path.exists(pid_file):
     time.sleep(0.01)
-pids.add(int(open(pid_file).read()))
+hold_pid = int(open(pid_file).read())
+pids.add(hold_pid)
+
+def raylite_mappings(pid):
+    found = set()
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].strip().startswith("/dev/shm/raylite-"):
+                found.add(parts[5].strip().replace(" (deleted)", ""))
+    return found
+
+# This session's segments: mapped by the worker holding the array (or by us).
+shm = (raylite_mappings(hold_pid) | raylite_mappings("self")) & set(glob.glob("/dev/shm/raylite-*"))
 print("PIDS " + json.dumps(sorted(pids)), flush=True)
-print("SHM " + json.dumps(sorted(set(glob.glob("/dev/shm/raylite-*")) - SHM_BEFORE)), flush=True)
+print("SHM " + json.dumps(sorted(shm)), flush=True)
 '''
 
 

@@ -31,20 +31,26 @@ def _make_probe():
             addr, nbytes = x.__array_interface__["data"][0], x.nbytes
             writeable = bool(x.flags.writeable)
         in_shm = False
+        segments = set()  # raylite shm files this worker has mapped
         with open("/proc/self/maps") as f:
             for line in f:
                 parts = line.split(None, 5)
                 if len(parts) < 6 or "raylite" not in parts[5]:
                     continue
+                path = parts[5].strip()
+                if path.endswith(" (deleted)"):
+                    path = path[: -len(" (deleted)")]
+                if path.startswith("/dev/shm/raylite-"):
+                    segments.add(path)
                 lo, hi = (int(v, 16) for v in parts[0].split("-"))
                 if lo <= addr and addr + nbytes <= hi:
                     in_shm = True
-                    break
         return {
             "type": type(x).__name__,
             "sum": float(x.sum()),
             "writeable": writeable,
             "in_shm": in_shm,
+            "segments": sorted(segments),
             "pid": os.getpid(),
         }
 
@@ -156,8 +162,7 @@ def test_large_array_argument_is_read_only_zero_copy(ray_start, via_put):
     assert info["in_shm"], "argument array is not mapped from a raylite shm segment"
 
 
-def test_one_put_read_by_many_tasks(ray_start, shm_segments, shm_allocated_bytes):
-    before = shm_segments()
+def test_one_put_read_by_many_tasks(ray_start, shm_allocated_bytes):
     arr = _big_array()
     ref = ray.put(arr)
     probe = _make_probe()
@@ -165,9 +170,12 @@ def test_one_put_read_by_many_tasks(ray_start, shm_segments, shm_allocated_bytes
     expected = pytest.approx(float(arr.sum()))
     assert all(i["sum"] == expected for i in infos)
     assert all(i["in_shm"] and i["writeable"] is False for i in infos), infos
-    # Put once: eight readers must not have produced eight copies in /dev/shm.
-    allocated = shm_allocated_bytes(shm_segments() - before)
-    assert allocated < 4 * arr.nbytes, f"{allocated / MB:.0f} MB of shm for one 10 MB object"
+    # Put once: the eight readers map the same data, not eight copies of it.
+    segments = set().union(*(i["segments"] for i in infos))
+    allocated = shm_allocated_bytes(segments)
+    assert allocated < 4 * arr.nbytes, (
+        f"{allocated / MB:.0f} MB of shm mapped by readers of one 10 MB object: {segments}"
+    )
 
 
 def test_return_large_array_from_task(ray_start):
@@ -235,24 +243,26 @@ def test_array_from_get_stays_valid_after_ref_is_dropped(ray_start):
 # --------------------------------------------------------------------------
 
 
-def test_shm_reclaimed_when_last_ref_is_dropped(ray_init, shm_segments, shm_allocated_bytes, wait_until):
-    before = shm_segments()
+def test_shm_reclaimed_when_last_ref_is_dropped(ray_init, shm_allocated_bytes, wait_until):
     ray_init(num_cpus=1)
+    probe = _make_probe()
+    seen = set()  # every segment a reader mapped (this session's, whatever the naming)
     for i in range(20):  # 200 MB put in total, never more than one alive
         ref = ray.put(np.full(10 * MB // 8, float(i)))
-        assert ray.get(ref)[-1] == float(i)
-        del ref
+        info = ray.get(probe.remote(ref))
+        assert info["sum"] == float(i) * (10 * MB // 8) and info["in_shm"]
+        seen.update(info["segments"])
+        del ref, info
     gc.collect()
+    assert seen
     wait_until(
-        lambda: shm_allocated_bytes(shm_segments() - before) <= 30 * MB,
+        lambda: shm_allocated_bytes(seen) <= 30 * MB,
         timeout=10,
-        message=f"shm not reclaimed: "
-                f"{shm_allocated_bytes(shm_segments() - before) / MB:.0f} MB still allocated",
+        message=f"shm not reclaimed: {shm_allocated_bytes(seen) / MB:.0f} MB still allocated",
     )
 
 
-def test_shm_segments_removed_after_shutdown(ray_init, shm_segments, wait_until):
-    before = shm_segments()
+def test_shm_segments_removed_after_shutdown(ray_init, shm_segments, raylite_mappings, wait_until):
     ray_init(num_cpus=2)
     ref = ray.put(_big_array())
 
@@ -261,15 +271,17 @@ def test_shm_segments_removed_after_shutdown(ray_init, shm_segments, wait_until)
         return np.ones(2 * MB)
 
     probe = _make_probe()
-    assert ray.get(probe.remote(ref))["in_shm"]
+    info = ray.get(probe.remote(ref))
+    assert info["in_shm"]
     result = ray.get(make.remote())
     assert result.sum() == 2 * MB
-    created = shm_segments() - before
-    assert created, "large objects should live in /dev/shm/raylite-* segments"
+    # This session's segments: those its worker and the driver have mapped.
+    ours = set(info["segments"]) | raylite_mappings()
+    assert ours & shm_segments(), "large objects should live in /dev/shm/raylite-* segments"
     del result, ref
     ray.shutdown()
     wait_until(
-        lambda: not (created & shm_segments()),
+        lambda: not (ours & shm_segments()),
         timeout=5,
-        message=f"shm segments left after shutdown: {created & shm_segments()}",
+        message=f"shm segments left after shutdown: {ours & shm_segments()}",
     )
