@@ -422,3 +422,17 @@ def test_no_socket_listens_on_non_loopback_address(ray_start):
             if not _is_loopback(addr_hex):
                 exposed.append((p, listeners[inode]))
     assert not exposed, f"sockets listening beyond loopback: {exposed}"
+
+
+def test_preload_modules_are_imported_before_workers_fork(monkeypatch):
+    monkeypatch.setenv("RAYLITE_PRELOAD", "colorsys, no_such_module_raylite")
+    ray.init(num_cpus=1)
+    try:
+        @ray.remote
+        def preloaded():
+            import sys
+            return "colorsys" in sys.modules
+
+        assert ray.get(preloaded.remote()) is True   # imported by the zygote, inherited by the fork
+    finally:
+        ray.shutdown()

@@ -70,6 +70,7 @@ def _set_parent_death_signal(libc) -> None:
 def _serve(sock: socket.socket, session: str) -> None:
     from raylite.core import segments, serialization, worker  # preload what every worker needs
     serialization._pickler()
+    _preload(os.environ.get("RAYLITE_PRELOAD", ""))
     libc = _libc()
     gc.collect()
     gc.freeze()   # workers share these pages instead of copying them when their GC runs
@@ -116,6 +117,19 @@ def _serve(sock: socket.socket, session: str) -> None:
     except ChildProcessError:
         pass
     segments.remove_session_segments(session)
+
+
+def _preload(names: str) -> None:
+    """Import what RAYLITE_PRELOAD names (e.g. "torch,numpy") once, so fresh workers start with it.
+
+    Only imports: a module that initialises a device or starts threads at import must not be
+    listed (torch and numpy do neither until first used)."""
+    import importlib
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        try:
+            importlib.import_module(name)
+        except Exception as e:   # a bad name must not stop the runtime
+            sys.stderr.write(f"raylite: RAYLITE_PRELOAD could not import {name!r}: {e}\n")
 
 
 def _alive(pid: int) -> bool:
