@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import math
 import os
 import re
@@ -18,8 +17,6 @@ from dataclasses import dataclass, field
 
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import CheckpointConfig
-
-logger = logging.getLogger("raylite.train")
 
 RESULT_FILE = "result.json"
 PROGRESS_FILE = "progress.csv"

@@ -14,7 +14,7 @@ from raylite.train.config import (CheckpointConfig, FailureConfig, RunConfig, Sc
                                   default_storage_path, torch_config_from)
 from raylite.train.result import Result, RunRecorder
 from raylite.train.session import SessionInfo
-from raylite.train.worker_group import ReporterActor, WorkerGroup, is_death
+from raylite.train.worker_group import ReporterActor, WorkerGroup, is_death, takes_config
 
 logger = logging.getLogger("raylite.train")
 
@@ -224,6 +224,9 @@ class Trainer:
                  experiment_name: str | None = None) -> tuple[list, Result]:
         if not callable(train_func):
             raise TypeError(f"train_func must be callable, got {type(train_func).__name__}")
+        if config and not takes_config(train_func):
+            raise TypeError(f"{getattr(train_func, '__name__', 'train_func')} takes no arguments, but a config "
+                            f"was given; define it as train_func(config)")
         with self._lock:
             self.latest_run_dir = run_dir
             recorder = RunRecorder(run_dir, self._scaling.num_workers, checkpoint_config, callbacks, config)
@@ -292,16 +295,24 @@ class Trainer:
                         errors.append((rank, e))
 
         pending = list(refs)
-        while pending and not deaths and not errors:
-            ready, pending = ray.wait(pending, num_returns=1, timeout=POLL_S)
-            self._drain(recorder)
-            collect(ready)
-        if errors and not deaths and pending:
-            # A peer's death usually shows first as a collective error in the survivors: look for it.
-            deadline = time.monotonic() + DEATH_GRACE_S
-            while pending and not deaths and time.monotonic() < deadline:
-                ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            while pending and not deaths and not errors:
+                ready, pending = ray.wait(pending, num_returns=1, timeout=POLL_S)
+                self._drain(recorder)
                 collect(ready)
+            if errors and not deaths and pending:
+                # A peer's death usually shows first as a collective error in the survivors: look for it.
+                deadline = time.monotonic() + DEATH_GRACE_S
+                while pending and not deaths and time.monotonic() < deadline:
+                    ready, pending = ray.wait(pending, num_returns=1,
+                                              timeout=max(0.0, deadline - time.monotonic()))
+                    collect(ready)
+        except BaseException:   # Ctrl-C in the driver: do not leave the workers training
+            try:
+                self._teardown([], recorder)
+            except Exception:   # noqa: BLE001 - the original error matters more
+                pass
+            raise
         if deaths or errors:
             self._teardown(pending, recorder)
             if deaths:

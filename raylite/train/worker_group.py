@@ -74,6 +74,9 @@ class _TrainWorker:
             torch.cuda.set_device(0)   # the runtime made the assigned GPU the only visible one
             device = "cuda:0"
         backend = backend or ("nccl" if use_gpu else "gloo")
+        # DistributedDataParallel imports torch._dynamo on first use (~3 s): pay it here, while the
+        # other workers start too, rather than in the first run of a warm group.
+        import torch._dynamo  # noqa: F401
         if dist.is_initialized():
             dist.destroy_process_group()
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
@@ -86,11 +89,8 @@ class _TrainWorker:
     def run(self, train_func, config, info: session.SessionInfo):
         session._start(info)
         try:
-            if _takes_config(train_func):
+            if takes_config(train_func):
                 return train_func({} if config is None else config)
-            if config:
-                raise TypeError(f"{getattr(train_func, '__name__', 'train_func')} takes no arguments, but a "
-                                f"config was given; define it as train_func(config)")
             return train_func()
         finally:
             session._end()
@@ -99,7 +99,7 @@ class _TrainWorker:
         return os.getpid()
 
 
-def _takes_config(fn) -> bool:
+def takes_config(fn) -> bool:
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
@@ -172,6 +172,11 @@ class WorkerGroup:
         refs = [w.setup.remote(rank, self.num_workers, addr, port, self.backend, self.timeout_s, self.use_gpu,
                                threads, init_hook) for rank, w in enumerate(self.workers)]
         self.infos = wait_all(refs, what, self.request)
+        gpus = [tuple(i["gpu_ids"]) for i in self.infos]
+        if self.use_gpu and self.infos[0]["backend"] == "nccl" and len(set(gpus)) < len(gpus):
+            raise ValueError(f"NCCL needs a distinct GPU per worker, but the workers share GPUs {gpus} "
+                             f"(fractional resources_per_worker['GPU']); use one GPU per worker or "
+                             f"TorchConfig(backend='gloo')")
         return self.infos
 
     def run(self, train_func, config, infos: list) -> list:

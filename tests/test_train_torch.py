@@ -1,0 +1,158 @@
+"""raylite.train.torch helpers on 2 CPU workers, and TorchTrainer.fit's Result (Ray Train 2.x)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import cloudpickle
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import raylite as ray  # noqa: E402
+from raylite import train  # noqa: E402
+from raylite.train import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,  # noqa: E402
+                           Trainer, TrainingFailedError)
+from raylite.train.torch import TorchConfig, TorchTrainer, get_device, prepare_data_loader, prepare_model  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers need not import this module
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def test_prepare_model_and_data_loader_with_two_workers(runtime, tmp_path):
+    def train_func(config):
+        import torch
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+        from raylite.train import torch as train_torch
+        n = config["n"]
+        ds = TensorDataset(torch.arange(n, dtype=torch.float32).reshape(-1, 1), torch.arange(n))
+        loader = train_torch.prepare_data_loader(DataLoader(ds, batch_size=4, shuffle=True))
+        seen, devices = [], set()
+        loader.sampler.set_epoch(0)
+        for xb, idx in loader:
+            devices.add(str(xb.device))
+            seen.extend(idx.tolist())
+        model = train_torch.prepare_model(torch.nn.Linear(1, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.full((4, 1), float(train.world_rank() + 1))   # different data on each rank
+        opt.zero_grad()
+        model(x).pow(2).sum().backward()
+        opt.step()
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        gathered = [torch.zeros_like(flat) for _ in range(train.world_size())]
+        dist.all_gather(gathered, flat)
+        return {"seen": seen, "devices": sorted(devices), "len": len(loader),
+                "sampler": type(loader.sampler).__name__, "is_dist_sampler": isinstance(loader.sampler,
+                                                                                      DistributedSampler),
+                "ddp": type(model).__name__, "params_equal": all(torch.equal(g, gathered[0]) for g in gathered),
+                "device": str(train_torch.get_device())}
+
+    with Trainer(num_workers=2, logdir=tmp_path) as trainer:
+        out = trainer.run(train_func, {"n": 22})
+    seen0, seen1 = out[0]["seen"], out[1]["seen"]
+    assert len(seen0) == len(seen1) == 11                      # DistributedSampler pads to equal shards
+    assert set(seen0) | set(seen1) == set(range(22))
+    assert len(set(seen0) & set(seen1)) == 0
+    assert sorted(seen0) != seen0 or sorted(seen1) != seen1     # shuffle=True kept
+    for o in out:
+        assert o["is_dist_sampler"] and o["len"] == 3
+        assert o["devices"] == ["cpu"] and o["device"] == "cpu"
+        assert o["ddp"] == "DistributedDataParallel"
+        assert o["params_equal"]                                # DDP averaged the gradients
+
+
+def test_helpers_outside_a_run_and_with_one_worker():
+    model = torch.nn.Linear(2, 1)
+    assert prepare_model(model) is model                       # no process group: no DDP
+    loader = torch.utils.data.DataLoader(list(range(6)), batch_size=2)
+    wrapped = prepare_data_loader(loader)
+    assert [b.tolist() for b in wrapped] == [[0, 1], [2, 3], [4, 5]] and len(wrapped) == 3
+    assert wrapped.batch_size == 2                              # attributes pass through
+    assert get_device() == torch.device("cpu")
+    with pytest.raises(ValueError, match="parallel_strategy"):
+        prepare_model(model, parallel_strategy="fsdp2")
+
+
+def _fit_loop(config):
+    import tempfile
+
+    import torch
+
+    from raylite.train.torch import prepare_model
+    model = prepare_model(torch.nn.Linear(3, 1))
+    for epoch in range(config["epochs"]):
+        metrics = {"epoch": epoch, "loss": 1.0 / (epoch + 1), "rank": train.get_context().get_world_rank()}
+        if train.get_context().get_world_rank() == 0:
+            with tempfile.TemporaryDirectory() as d:
+                torch.save(getattr(model, "module", model).state_dict(), os.path.join(d, "model.pt"))
+                with open(os.path.join(d, "meta.json"), "w") as f:
+                    json.dump({"epoch": epoch}, f)
+                train.report(metrics, checkpoint=Checkpoint.from_directory(d))
+        else:
+            train.report(metrics)
+    if config.get("fail"):
+        raise ValueError("fit-loop failure")
+
+
+def test_torch_trainer_fit_result(runtime, tmp_path):
+    rounds = []
+
+    class Cb:
+        def handle_result(self, results):
+            rounds.append([r["rank"] for r in results])
+
+    trainer = TorchTrainer(
+        _fit_loop, train_loop_config={"epochs": 3},
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+        torch_config=TorchConfig(timeout_s=60),
+        run_config=RunConfig(name="exp", storage_path=str(tmp_path),
+                             checkpoint_config=CheckpointConfig(num_to_keep=1),
+                             failure_config=FailureConfig(max_failures=0), callbacks=[Cb()]))
+    result = trainer.fit()
+    assert isinstance(result, train.Result)
+    assert result.error is None
+    assert result.path == str(tmp_path / "exp")
+    assert result.metrics["epoch"] == 2 and result.metrics["rank"] == 0
+    assert result.metrics["training_iteration"] == 3 and result.metrics["time_total_s"] >= 0
+    assert result.checkpoint.path == str(tmp_path / "exp" / "checkpoint_000002")
+    with result.checkpoint.as_directory() as d:
+        with open(os.path.join(d, "meta.json")) as f:
+            assert json.load(f) == {"epoch": 2}
+        state = torch.load(os.path.join(d, "model.pt"))
+    assert set(state) == {"weight", "bias"}                     # saved from the module inside DDP
+    assert sorted(n for n in os.listdir(result.path) if n.startswith("checkpoint_")) == ["checkpoint_000002"]
+    df = result.metrics_dataframe
+    assert list(df["epoch"]) == [0, 1, 2] and list(df["loss"]) == pytest.approx([1.0, 0.5, 1 / 3])
+    assert os.path.isfile(os.path.join(result.path, "progress.csv"))
+    assert rounds == [[0, 1]] * 3
+
+
+def test_torch_trainer_fit_failure_raises_with_partial_result(runtime, tmp_path):
+    trainer = TorchTrainer(_fit_loop, {"epochs": 2, "fail": True},
+                           scaling_config=ScalingConfig(num_workers=1),
+                           run_config=RunConfig(name="exp", storage_path=str(tmp_path)))
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "result.json").write_text("")           # a previous run: not overwritten
+    with pytest.raises(TrainingFailedError) as exc:
+        trainer.fit()
+    err = exc.value
+    assert isinstance(err.__cause__, ValueError) and "fit-loop failure" in str(err)
+    assert "rank 0 of 1" in str(err) and "Traceback" in str(err)
+    assert err.result.error is err.__cause__
+    assert err.result.path == str(tmp_path / "exp_2")
+    assert [m["epoch"] for m in err.result.metrics_history] == [0, 1]
+    assert err.result.checkpoint.path.endswith("checkpoint_000001")
