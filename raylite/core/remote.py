@@ -193,6 +193,10 @@ class ActorClass:
 
     def _remote(self, args, kwargs, options: dict) -> ActorHandle:
         client = _client()
+        if (options.get("max_concurrency") or 1) > 1:
+            warnings.warn(f"{self._name}: max_concurrency={options['max_concurrency']} is not supported yet; "
+                          "raylite runs an actor's calls one at a time, in submission order",
+                          UserWarning, stacklevel=3)
         name = options.get("name")
         if name is not None and options.get("get_if_exists"):
             try:
