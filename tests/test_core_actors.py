@@ -277,3 +277,15 @@ def test_actor_stdout_prefixed_with_class_name(ray_start, read_output):
     out, err = read_output(lambda o, e: f"said {tag}" in o and f"complained {tag}" in e)
     assert f"(Talker pid={pid}) said {tag}" in out, out
     assert f"(Talker pid={pid}) complained {tag}" in err, err
+
+
+def test_call_on_temporary_handle_still_runs(ray_init):
+    ray_init(num_cpus=1)
+
+    @ray.remote
+    class Echo:
+        def echo(self, x):
+            return x
+
+    # the handle is dropped right after the call is submitted: the call runs, then the actor exits
+    assert ray.get(Echo.remote().echo.remote(7)) == 7

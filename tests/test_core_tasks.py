@@ -561,3 +561,27 @@ def test_task_stdout_and_stderr_prefixed_like_ray(ray_start, read_output):
         assert re.search(r"^.*" + re.escape(prefix + text) + r"\s*$", out, re.M), (text, out)
     assert prefix + f"oops {tag}" in err, err
     assert f"oops {tag}" not in out
+
+
+def test_workers_limit_math_threads_to_their_cpus(ray_init):
+    ray_init(num_cpus=2)
+
+    @ray.remote(num_cpus=1)
+    def one():
+        import os
+        return os.environ.get("OMP_NUM_THREADS")
+
+    @ray.remote(num_cpus=2)
+    def two():
+        import os
+        return os.environ.get("OMP_NUM_THREADS")
+
+    @ray.remote
+    class Holder:
+        def threads(self):
+            import os
+            return os.environ.get("OMP_NUM_THREADS")
+
+    # as Ray: the variable follows the CPUs held (at least 1), so two workers don't fight over cores
+    assert ray.get([one.remote(), two.remote(), one.remote()]) == ["1", "2", "1"]
+    assert ray.get(Holder.remote().threads.remote()) == "1"

@@ -344,7 +344,9 @@ class Node:
             self._run_on(w, w.next)
 
     def _start(self, spec: TaskSpec, alloc) -> None:
-        key = tuple(sorted((k, tuple(v)) for k, v in alloc.device_ids.items()))
+        # a worker's environment is fixed at fork: reuse only one with the same devices and threads
+        threads = max(1, alloc.resources.get("CPU", 0) // SCALE)
+        key = (tuple(sorted((k, tuple(v)) for k, v in alloc.device_ids.items())), threads)
         if spec.kind == "actor_create":
             actor = self.actors[spec.actor_id]
             w = self._spawn(alloc.device_ids, key)
@@ -420,11 +422,11 @@ class Node:
     def _release_actor(self, actor: Actor) -> None:
         actor.refs -= 1
         if actor.refs <= 0 and not actor.pinned and actor.spec.actor_name is None:
-            actor.exit_when_idle = True
-            if actor.state != "ALIVE":
-                self._kill_actor(actor.spec.actor_id, True)
-            else:
+            actor.exit_when_idle = True   # calls already submitted still run, then it exits
+            if actor.state == "ALIVE":
                 self._pump_actor(actor)
+            elif not actor.queue:
+                self._kill_actor(actor.spec.actor_id, True)
 
     def kill(self, actor_id: int, no_restart: bool = True) -> None:
         self._kill_actor(actor_id, no_restart)
@@ -523,6 +525,12 @@ class Node:
             pass
 
     # ------------------------------------------------------------------ workers
+    def _worker_env(self, device_ids: dict, threads: int) -> dict:
+        env = accelerators.worker_env(device_ids, resources=self.accel_resources)
+        if "OMP_NUM_THREADS" not in os.environ:   # as Ray: math libraries use the CPUs held, not all
+            env["OMP_NUM_THREADS"] = str(threads)
+        return env
+
     def _spawn(self, device_ids: dict, key: tuple) -> WorkerProc:
         index = next(self._worker_index)
         ours, theirs = socket.socketpair()
@@ -530,7 +538,7 @@ class Node:
         err_r, err_w = os.pipe()
         config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": list(sys.path),
                   "cwd": os.getcwd(), "job_id": self.job_id, "node_id": self.node_id,
-                  "env": accelerators.worker_env(device_ids, resources=self.accel_resources),
+                  "env": self._worker_env(device_ids, key[1]),
                   "totals": self.res.total, "device_ids": self.res.device_ids}
         try:
             self.zygote.fork(config, [theirs.fileno(), out_w, err_w])

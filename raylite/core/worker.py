@@ -214,6 +214,10 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+    threads = config["env"].get("OMP_NUM_THREADS")
+    torch = sys.modules.get("torch")
+    if threads and torch is not None:   # preloaded: torch read the variable before the fork
+        torch.set_num_threads(int(threads))
     sys.path[:] = config["sys_path"]
     try:
         os.chdir(config["cwd"])
