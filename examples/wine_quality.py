@@ -3,12 +3,15 @@
 Trains a small binary classifier (is a red wine's quality >= 6?) on the UCI wine-quality data in
 several ways and prints a table of training time and held-out accuracy for each:
 
-  torch     plain PyTorch in this process
-  raylite   the same training function as a raylite remote task (data shipped with ``ray.put``)
+  torch          plain PyTorch in this process
+  raylite        the same training function as a raylite remote task (data shipped with ``ray.put``)
+  lightning      PyTorch Lightning, ``pl.Trainer(max_steps=...)`` in this process
+  ray-lightning  Lightning with ``pl.Trainer(strategy=RayStrategy(num_workers=N))``: DDP in N raylite
+                 worker actors (``--num-workers``, default 2); the trained weights come back here
 
-Planned (issue 5): ``lightning`` (``pl.Trainer(max_steps=...)``) and ``ray-lightning``
-(``pl.Trainer(strategy=RayStrategy(num_workers=N))``). Each mode is one ``run_<mode>`` function
-registered in ``MODES``; adding one is adding a function there.
+Each mode is one ``run_<mode>`` function registered in ``MODES``; adding one is adding a function
+there. The Lightning modes need the ``lightning`` extra; ``--mode all`` skips them (saying why)
+when it is missing.
 
 Data: ``--data PATH``, else the env var ``RAYLITE_WINE_DATA``, else a cached download from UCI
 (``~/.cache/raylite/winequality-red.csv``). Both ``;`` (UCI original) and ``,`` separators work.
@@ -266,11 +269,167 @@ def run_raylite(data: dict, steps: int = 1000, batch_size: int = 32, lr: float =
     return _result("raylite", out, seconds, data, note)
 
 
-# name -> runner(data, steps=..., batch_size=..., lr=..., seed=..., num_cpus=...) -> Result.
-# Issue 5 adds "lightning" and "ray-lightning" here.
+# --------------------------------------------------------------------------------------------
+# Lightning modes
+# --------------------------------------------------------------------------------------------
+
+_LIGHTNING: tuple | None = None
+
+
+def _lightning() -> tuple:
+    """(pytorch_lightning, WineModule, LossRecorder), defined on first use: Lightning is optional.
+
+    Defined inside a function, the classes travel to RayStrategy's workers by value (cloudpickle),
+    as a notebook's would.
+    """
+    global _LIGHTNING
+    if _LIGHTNING is not None:
+        return _LIGHTNING
+    try:
+        import pytorch_lightning as pl
+    except ImportError as e:
+        raise ModeUnavailable(f"pytorch_lightning is not installed ({e}); "
+                              f"pip install -e '.[lightning]' (from the repository root)") from e
+    _quiet_lightning()
+
+    class WineModule(pl.LightningModule):
+        """make_model() with BCE and Adam: the same network and optimiser as train_fn."""
+
+        def __init__(self, lr: float):
+            super().__init__()
+            self.lr = lr
+            self.model = make_model()
+            self.loss_fn = nn.BCELoss()
+
+        def forward(self, x):
+            return self.model(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = self.loss_fn(self.model(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=self.lr)
+
+    class LossRecorder(pl.Callback):
+        """Each step's loss and the training loop's own time. Callback state is what RayStrategy
+        hands back from rank 0, so the curve and loop time of a distributed run reach the driver."""
+
+        def __init__(self):
+            self.losses: list[float] = []
+            self.seconds = float("nan")
+            self._t0 = 0.0
+
+        def on_train_start(self, trainer, pl_module):
+            self._t0 = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.losses.append(float(outputs["loss"]))
+
+        def on_train_end(self, trainer, pl_module):
+            self.seconds = time.perf_counter() - self._t0
+
+        def state_dict(self):
+            return {"losses": list(self.losses), "seconds": self.seconds}
+
+        def load_state_dict(self, state_dict):
+            self.losses, self.seconds = list(state_dict["losses"]), state_dict["seconds"]
+
+    _LIGHTNING = (pl, WineModule, LossRecorder)
+    return _LIGHTNING
+
+
+def _quiet_lightning() -> None:
+    """Keep Lightning's banners out of the table (also run in RayStrategy's workers)."""
+    import logging
+    import warnings
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=".*(LeafSpec|does not have many workers|sync_dist).*")
+
+
+def _lightning_run(mode: str, data: dict, steps: int, batch_size: int, lr: float, seed: int,
+                   strategy="auto") -> tuple[Result, object]:
+    pl, WineModule, LossRecorder = _lightning()
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(seed)
+    module = WineModule(lr)
+    X = torch.from_numpy(np.array(data["X_train"], dtype=np.float32))
+    y = torch.from_numpy(np.array(data["y_train"], dtype=np.float32)).reshape(-1, 1)
+    # shuffled, ragged last batch dropped: as train_fn (RayStrategy swaps in a DistributedSampler)
+    loader = DataLoader(TensorDataset(X, y), batch_size=batch_size, shuffle=True, drop_last=True,
+                        generator=torch.Generator().manual_seed(seed))
+    recorder = LossRecorder()
+    trainer = pl.Trainer(max_steps=steps, strategy=strategy, accelerator="cpu",
+                         devices=1 if strategy == "auto" else "auto", callbacks=[recorder], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    t0 = time.perf_counter()
+    trainer.fit(module, loader)
+    seconds = time.perf_counter() - t0
+    out = {"state_dict": module.model.state_dict(), "losses": recorder.losses, "seconds": recorder.seconds}
+    return _result(mode, out, seconds, data), trainer
+
+
+def run_lightning(data: dict, steps: int = 1000, batch_size: int = 32, lr: float = 3e-3,
+                  seed: int = 0, **_: object) -> Result:
+    """``pl.Trainer(max_steps=steps)`` in this process, on the CPU."""
+    result, _trainer = _lightning_run("lightning", data, steps, batch_size, lr, seed)
+    return result
+
+
+def run_ray_lightning(data: dict, steps: int = 1000, batch_size: int = 32, lr: float = 3e-3,
+                      seed: int = 0, num_cpus: int = 2, num_workers: int = 2, warm_refit: bool = True,
+                      **_: object) -> Result:
+    """``pl.Trainer(strategy=RayStrategy(num_workers=N))``: DDP over N raylite worker actors.
+
+    Each worker takes ``steps`` steps on its shard (so N x the samples of one process); its time
+    includes starting the workers (they import torch and Lightning). With ``warm_refit`` the same
+    job runs again on the warm workers, and that time goes in the note.
+    """
+    _lightning()
+    try:
+        import raylite as ray
+        from raylite.plugins import RayStrategy, init_with_preload
+    except ImportError as e:
+        raise ModeUnavailable(f"raylite.plugins is not importable ({e}); install the project first: "
+                              f"pip install -e '.[lightning]'", optional=False) from e
+    if __name__ != "__main__" and __name__ in sys.modules:
+        import cloudpickle   # imported as a module: ship this file's code by value (see run_raylite)
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    owns_runtime = not ray.is_initialized()
+    if owns_runtime:
+        # ray.init whose zygote imports torch + Lightning once: the workers fork with them loaded
+        init_with_preload(num_cpus=num_cpus)
+    try:
+        cpus = ray.cluster_resources().get("CPU", num_cpus)
+        per_worker = 1 if cpus >= num_workers else cpus / num_workers
+
+        def strategy():
+            return RayStrategy(num_workers=num_workers, num_cpus_per_worker=per_worker,
+                               init_hook=_quiet_lightning)
+
+        result, _trainer = _lightning_run("ray-lightning", data, steps, batch_size, lr, seed, strategy())
+        result.note = f"{num_workers} workers, cold (incl. their start)"
+        if warm_refit:   # the same job again: the workers are warm now
+            t0 = time.perf_counter()
+            _lightning_run("ray-lightning", data, steps, batch_size, lr, seed, strategy())
+            result.note += f"; warm refit {time.perf_counter() - t0:.2f} s"
+    finally:
+        if owns_runtime:
+            ray.shutdown()
+    return result
+
+
+# name -> runner(data, steps=..., batch_size=..., lr=..., seed=..., num_cpus=..., num_workers=...)
+# -> Result.
 MODES: dict[str, Callable[..., Result]] = {
     "torch": run_torch,
     "raylite": run_raylite,
+    "lightning": run_lightning,
+    "ray-lightning": run_ray_lightning,
 }
 
 
@@ -345,12 +504,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="model init / batch order seed")
     p.add_argument("--split-seed", type=int, default=42, help="train/test split seed")
     p.add_argument("--num-cpus", type=int, default=2, help="CPUs for ray.init (raylite modes)")
+    p.add_argument("--num-workers", type=int, default=2,
+                   help="RayStrategy workers (ray-lightning mode, default 2)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads in this process (default 1: for a model this small "
+                        "more threads only add synchronisation; RayStrategy workers use 1 per CPU)")
     p.add_argument("--plot", default="wine_quality_loss.png",
                    help="loss-curve PNG (default wine_quality_loss.png)")
     p.add_argument("--no-plot", action="store_true", help="do not write the plot")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error("--steps must be >= 1")
+    if args.num_workers < 1:
+        p.error("--num-workers must be >= 1")
+    if args.threads < 1:
+        p.error("--threads must be >= 1")
     return args
 
 
@@ -362,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    torch.set_num_threads(args.threads)
     data = prepare(X, quality, seed=args.split_seed)
     print(f"data: {path} ({len(X)} rows; train {len(data['X_train'])}, "
           f"test {len(data['X_test'])}); steps {args.steps}, batch {args.batch_size}")
@@ -371,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in modes:
         try:
             results.append(MODES[name](data, steps=args.steps, batch_size=args.batch_size,
-                                       lr=args.lr, seed=args.seed, num_cpus=args.num_cpus))
+                                       lr=args.lr, seed=args.seed, num_cpus=args.num_cpus,
+                                       num_workers=args.num_workers))
         except ModeUnavailable as e:
             if args.mode != "all" or not e.optional:
                 print(f"error: mode {name}: {e}", file=sys.stderr)

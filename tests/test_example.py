@@ -138,3 +138,40 @@ def test_cli_torch_mode_end_to_end(data_path, tmp_path):
         assert "matplotlib is not installed" in proc.stderr
     else:
         assert plot.is_file() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- the Lightning modes (issue 5) ---------------------------------------------------------------
+
+@pytest.fixture
+def one_thread():
+    """As the CLI does (--threads 1): a model this small only loses time to intra-op threads."""
+    import torch
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
+def test_lightning_mode_learns(wq, data, one_thread):
+    pytest.importorskip("pytorch_lightning")
+    res = wq.run_lightning(data, steps=STEPS)
+    assert res.mode == "lightning"
+    _check_trained(wq, data, res)
+
+
+def test_ray_lightning_mode_learns(wq, data, one_thread):
+    pytest.importorskip("pytorch_lightning")
+    import raylite as ray
+
+    res = wq.run_ray_lightning(data, steps=STEPS, num_cpus=2, num_workers=2, warm_refit=False)
+    assert res.mode == "ray-lightning"
+    _check_trained(wq, data, res)          # rank 0's losses came back with the weights
+    assert "2 workers" in res.note
+    assert not ray.is_initialized()        # it shut down the runtime it started
+
+
+def test_all_modes_listed(wq):
+    assert list(wq.MODES) == ["torch", "raylite", "lightning", "ray-lightning"]
+    assert wq.parse_args([]).num_workers == 2 and wq.parse_args([]).mode == "all"

@@ -1,0 +1,62 @@
+"""The one module that names Lightning.
+
+ray_lightning broke on every Lightning minor release because it reached into Lightning's
+internals all over the place. Here everything raylite.plugins takes from Lightning is imported
+once, from its public 2.x module paths, so a Lightning upgrade that moves something breaks in one
+place with one clear message. What we rely on:
+
+* ``Trainer``/``LightningModule`` behaviour through ``strategies.DDPStrategy`` and
+  ``strategies.FSDPStrategy`` (subclassed: ``_configure_launcher`` and ``root_device``),
+* ``plugins.environments.ClusterEnvironment`` (the abstract interface),
+* ``callbacks.Callback`` and ``trainer.states.TrainerFn``,
+* ``strategies.launchers.launcher._Launcher``: the launcher interface (``launch``, ``kill``,
+  ``is_interactive_compatible``). It is private, so when it is missing the launcher is
+  duck-typed instead; Lightning only calls those three members.
+
+Flavour: ``pytorch_lightning`` (2.x) if importable, else ``lightning.pytorch`` (2.x). Set
+``RAYLITE_LIGHTNING=lightning.pytorch`` (or ``pytorch_lightning``) to choose explicitly; when only
+``lightning.pytorch`` has been imported already, that one is used. Strategies of one flavour are
+only accepted by that flavour's ``Trainer``.
+"""
+from __future__ import annotations
+
+import importlib
+
+from raylite.plugins._preload import candidates as _candidates
+
+
+def _import():
+    tried = []
+    for name in _candidates():
+        try:
+            pl = importlib.import_module(name)
+        except ImportError as e:
+            tried.append(f"{name} ({e})")
+            continue
+        major = str(getattr(pl, "__version__", "0")).split(".")[0]
+        if major != "2":
+            tried.append(f"{name} {pl.__version__} (raylite.plugins needs 2.x)")
+            continue
+        return name, pl
+    raise ImportError("raylite.plugins needs PyTorch Lightning 2.x: pip install 'pytorch-lightning>=2.1,<3' "
+                      "(the [lightning] extra). Tried: " + "; ".join(tried))
+
+
+PL_NAME, pl = _import()
+
+
+def _sub(path: str):
+    return importlib.import_module(f"{PL_NAME}.{path}")
+
+
+ClusterEnvironment = _sub("plugins.environments").ClusterEnvironment
+DDPStrategy = _sub("strategies").DDPStrategy
+FSDPStrategy = _sub("strategies").FSDPStrategy
+Callback = _sub("callbacks").Callback
+TrainerFn = _sub("trainer.states").TrainerFn
+rank_zero_only = _sub("utilities.rank_zero").rank_zero_only
+
+try:
+    LauncherBase = _sub("strategies.launchers.launcher")._Launcher
+except (ImportError, AttributeError):   # private in Lightning: fall back to duck typing
+    LauncherBase = object

@@ -1,0 +1,204 @@
+"""``RayStrategy`` (DDP) and ``RayShardedStrategy`` (FSDP): Lightning 2.x strategies whose
+processes are raylite actors.
+
+The Lightning surface is two overrides per strategy class: ``_configure_launcher`` (our launcher
+instead of Lightning's subprocess launcher) and ``root_device`` (each worker's own device). The
+rest is Lightning's own DDP / FSDP code running unchanged in every worker.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from raylite.plugins._compat import DDPStrategy, FSDPStrategy
+from raylite.plugins.environment import _LaunchedEnvironment
+from raylite.plugins.launcher import RayLauncher
+
+_RESERVED = ("parallel_devices", "cluster_environment", "start_method")
+
+
+class _RayWorkers:
+    """What RayStrategy and RayShardedStrategy share: the worker group's shape and resources."""
+
+    def _raylite_init(self, num_workers, num_cpus_per_worker, use_gpu, resources_per_worker, init_hook, kwargs):
+        for key in _RESERVED:
+            if key in kwargs:
+                raise TypeError(f"{type(self).__name__} sets {key} itself; it cannot be passed")
+        if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+            raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+        resources = dict(resources_per_worker or {})
+        cpus = resources.pop("CPU", num_cpus_per_worker)   # Ray's convention: CPU/GPU keys override
+        gpus = resources.pop("GPU", 1 if use_gpu else 0)
+        if cpus is None or cpus < 0:
+            raise ValueError(f"num_cpus_per_worker must be >= 0, got {cpus!r}")
+        if gpus and not use_gpu:
+            use_gpu = True
+        if use_gpu and not gpus:
+            raise ValueError("use_gpu=True with resources_per_worker={'GPU': 0}: give each worker a GPU share")
+        self.num_workers = num_workers
+        self.num_cpus_per_worker = cpus
+        self.num_gpus_per_worker = gpus
+        self.use_gpu = bool(use_gpu)
+        self.resources_per_worker = resources
+        self.init_hook = init_hook
+        self._raylite_worker = False
+        self._raylite_last: dict = {}
+        # One entry per worker (Lightning counts processes from it); every worker's own device is
+        # device 0 of what raylite made visible to it, see root_device.
+        device = torch.device("cuda", 0) if self.use_gpu else torch.device("cpu")
+        return device, [device] * num_workers
+
+    def _raylite_actor_options(self) -> dict:
+        options = {"num_cpus": self.num_cpus_per_worker}
+        if self.num_gpus_per_worker:
+            options["num_gpus"] = self.num_gpus_per_worker
+        if self.resources_per_worker:
+            options["resources"] = dict(self.resources_per_worker)
+        return options
+
+    def _raylite_assign(self, *, rank: int, world_size: int, address: str, port: int) -> None:
+        """In a worker, before Lightning runs: who this process is."""
+        self._raylite_worker = True
+        self.cluster_environment.assign(rank=rank, world_size=world_size, local_rank=rank,
+                                        local_world_size=world_size, address=address, port=port)
+
+    def _raylite_root_device(self) -> torch.device:
+        if not self.use_gpu:
+            return torch.device("cpu")
+        # raylite gives each GPU worker its own device(s) through the visible-devices variable,
+        # so inside a worker its first assigned GPU is device 0. In the driver: device 0 as well.
+        return torch.device("cuda", 0)
+
+    def _configure_launcher(self) -> None:
+        self._launcher = RayLauncher(self)
+
+    @property
+    def worker_results(self) -> dict:
+        """``global_step`` and ``current_epoch`` of rank 0 after the last call (the driver's
+        ``trainer.global_step`` stays 0: its loops never ran)."""
+        return dict(self._raylite_last)
+
+
+class RayStrategy(_RayWorkers, DDPStrategy):
+    """Distributed data parallel training on ``num_workers`` raylite actors.
+
+    ``pl.Trainer(strategy=RayStrategy(num_workers=4))``: every ``fit`` / ``validate`` / ``test`` /
+    ``predict`` runs in 4 worker actors (``num_cpus_per_worker`` CPUs each; a GPU each with
+    ``use_gpu=True``; plus ``resources_per_worker``, where ``"CPU"`` / ``"GPU"`` keys override the
+    first two). The process group is gloo on CPU, NCCL on GPU. Afterwards the driver's module holds
+    the trained weights and the trainer rank 0's ``state``, ``callback_metrics``,
+    ``logged_metrics`` and callback state (``checkpoint_callback.best_model_path``). Data loaders
+    get distributed samplers; ``predict`` returns every sample's prediction, in order.
+
+    ``init_hook`` runs once in each worker when it starts. Other keyword arguments go to
+    ``DDPStrategy`` (``find_unused_parameters``, ``static_graph``, ``timeout``,
+    ``process_group_backend``, ...).
+
+    Workers stay up after a call, so a second ``fit`` (even from a new Trainer with an equal
+    RayStrategy) skips their start; see ``raylite.plugins.release_workers``.
+    """
+
+    strategy_name = "raylite_ddp"
+
+    def __init__(self, num_workers: int = 1, num_cpus_per_worker: float = 1, use_gpu: bool = False,
+                 resources_per_worker: dict | None = None, init_hook=None, **ddp_kwargs):
+        _, devices = self._raylite_init(num_workers, num_cpus_per_worker, use_gpu, resources_per_worker,
+                                        init_hook, ddp_kwargs)
+        super().__init__(parallel_devices=devices, cluster_environment=_LaunchedEnvironment(num_workers),
+                         **ddp_kwargs)
+
+    @property
+    def root_device(self) -> torch.device:
+        return self._raylite_root_device()
+
+    def determine_ddp_device_ids(self):
+        if self.root_device.type == "cpu":
+            return None
+        return [self.root_device.index]
+
+
+class RayShardedStrategy(_RayWorkers, FSDPStrategy):
+    """Fully sharded data parallel (torch FSDP) on ``num_workers`` raylite actors.
+
+    The modern form of ray_lightning's FairScale ``RayShardedPlugin``: parameters, gradients and
+    optimizer state are sharded across the workers. Same arguments as ``RayStrategy``; other
+    keyword arguments go to Lightning's ``FSDPStrategy`` (``sharding_strategy``,
+    ``auto_wrap_policy``, ``cpu_offload``, ``mixed_precision``, ``state_dict_type``, ...).
+
+    On CPU (gloo) torch's FSDP runs with ``device_id=cpu``: FULL_SHARD, SHARD_GRAD_OP and NO_SHARD
+    train; mixed precision, ``cpu_offload`` and HYBRID_SHARD are GPU features. Full state dicts
+    are gathered without ``offload_to_cpu`` on CPU (torch 2.x crashes offloading CPU tensors
+    "to CPU"). Lightning's own FSDPStrategy refuses CPU; this subclass does not.
+    """
+
+    strategy_name = "raylite_fsdp"
+
+    def __init__(self, num_workers: int = 1, num_cpus_per_worker: float = 1, use_gpu: bool = False,
+                 resources_per_worker: dict | None = None, init_hook=None, **fsdp_kwargs):
+        _, devices = self._raylite_init(num_workers, num_cpus_per_worker, use_gpu, resources_per_worker,
+                                        init_hook, fsdp_kwargs)
+        if not use_gpu and not self.use_gpu:
+            for key in ("cpu_offload", "mixed_precision"):
+                if fsdp_kwargs.get(key):
+                    warnings.warn(f"RayShardedStrategy: {key} is a GPU feature; on CPU it is not supported by "
+                                  f"torch FSDP", UserWarning, stacklevel=2)
+        super().__init__(parallel_devices=devices, cluster_environment=_LaunchedEnvironment(num_workers),
+                         **fsdp_kwargs)
+
+    @property
+    def root_device(self) -> torch.device:
+        return self._raylite_root_device()
+
+    def _setup_model(self, model):
+        if self.root_device.type != "cpu":
+            return super()._setup_model(model)
+        # torch FSDP looks for an accelerator unless it is told the device, and Lightning passes
+        # device_id=root_device.index (None on CPU). So on CPU wrap here with device_id=cpu, then
+        # let Lightning's already-wrapped path do the rest (torchmetrics, activation checkpointing).
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        if not any(isinstance(m, FSDP) for m in model.modules()):
+            model = FSDP(module=model, cpu_offload=self.cpu_offload, mixed_precision=self.mixed_precision_config,
+                         sharding_strategy=self.sharding_strategy, device_id=torch.device("cpu"), **self.kwargs)
+        policy = self.kwargs.pop("auto_wrap_policy", None)   # used above; Lightning would warn and drop it
+        try:
+            return super()._setup_model(model)
+        finally:
+            if policy is not None:
+                self.kwargs["auto_wrap_policy"] = policy
+
+    # Full state dicts on CPU: same as Lightning's, without offload_to_cpu (see class docstring).
+    def _full_state_dict_context(self):
+        from torch.distributed.fsdp import FullOptimStateDictConfig, FullStateDictConfig, StateDictType
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        return FSDP.state_dict_type(self.model, StateDictType.FULL_STATE_DICT,
+                                    FullStateDictConfig(offload_to_cpu=False, rank0_only=True),
+                                    FullOptimStateDictConfig(offload_to_cpu=False, rank0_only=True))
+
+    def _cpu_full(self) -> bool:
+        return self.root_device.type == "cpu" and getattr(self, "_state_dict_type", "full") == "full"
+
+    def lightning_module_state_dict(self):
+        if not self._cpu_full():
+            return super().lightning_module_state_dict()
+        with self._full_state_dict_context():
+            return self.model.state_dict()
+
+    def optimizer_state(self, optimizer):
+        if not self._cpu_full():
+            return super().optimizer_state(optimizer)
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import OptimStateKeyType
+        optimizer = getattr(optimizer, "_optimizer", optimizer)   # LightningOptimizer -> torch optimizer
+        with self._full_state_dict_context():
+            state = FSDP.optim_state_dict(self.model, optimizer)
+            if self.global_rank == 0:
+                state = FSDP.rekey_optim_state_dict(state, OptimStateKeyType.PARAM_ID, self.model)
+            return state
+
+
+# ray_lightning's names. In Lightning 2.x strategies are no longer accepted in `plugins=[...]`:
+# the seed's `pl.Trainer(plugins=[RayPlugin(num_workers=4)])` becomes
+# `pl.Trainer(strategy=RayPlugin(num_workers=4))` (or `strategy=RayStrategy(...)`).
+RayPlugin = RayStrategy
+RayShardedPlugin = RayShardedStrategy
