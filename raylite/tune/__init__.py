@@ -1,0 +1,61 @@
+"""raylite.tune: Ray Tune's API for hyperparameter search, with Optuna as the engine.
+
+    from raylite import tune
+
+    def trainable(config):
+        for step in range(100):
+            loss = ...
+            tune.report({"loss": loss})
+
+    analysis = tune.run(trainable, config={"lr": tune.loguniform(1e-4, 1e-1)}, num_samples=20,
+                        metric="loss", mode="min", scheduler=tune.ASHAScheduler(max_t=100),
+                        resources_per_trial={"cpu": 1, "gpu": 0.5})
+    print(analysis.best_config)
+
+Optuna does the sampling (RandomSampler by default, TPE with OptunaSearch), the pruning (ASHA and
+the median rule are its SuccessiveHalvingPruner and MedianPruner) and the trial database (an
+SQLite study in the experiment directory). raylite.tune only uses raylite's public API: each
+trial is a raylite task with the trial's resources.
+"""
+# Only the trial-side API is imported eagerly: a trial's worker imports this package to run
+# `report`, and should not pay for importing Optuna. Everything else loads on first use.
+from raylite.tune.session import (Checkpoint, get_checkpoint, get_trial_dir, get_trial_id, get_trial_resources,
+                                  report, with_parameters)
+
+_LAZY = {
+    "ExperimentAnalysis": "analysis", "Callback": "api", "TuneError": "api", "run": "api",
+    "ASHAScheduler": "schedulers", "AsyncHyperBandScheduler": "schedulers", "FIFOScheduler": "schedulers",
+    "MedianStoppingRule": "schedulers", "OptunaPruner": "schedulers", "TrialScheduler": "schedulers",
+    "BasicVariantGenerator": "search", "OptunaSearch": "search", "Searcher": "search", "Trial": "trial",
+    **{n: "search_space" for n in ("choice", "grid_search", "lograndint", "loguniform", "qlograndint",
+                                   "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn",
+                                   "sample_from", "uniform")},
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raylite.tune' has no attribute {name!r}")
+    import importlib
+    try:
+        value = getattr(importlib.import_module(f"raylite.tune.{module}"), name)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] == "optuna":
+            raise ImportError(f"raylite.tune.{name} needs Optuna: pip install optuna "
+                              f"(or raylite's [tune] extra)") from e
+        raise
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = ["ASHAScheduler", "AsyncHyperBandScheduler", "BasicVariantGenerator", "Callback", "Checkpoint",
+           "ExperimentAnalysis", "FIFOScheduler", "MedianStoppingRule", "OptunaPruner", "OptunaSearch", "Searcher",
+           "Trial", "TrialScheduler", "TuneError", "choice", "get_checkpoint", "get_trial_dir", "get_trial_id",
+           "get_trial_resources", "grid_search", "lograndint", "loguniform", "qlograndint", "qloguniform",
+           "qrandint", "qrandn", "quniform", "randint", "randn", "report", "run", "sample_from", "uniform",
+           "with_parameters"]

@@ -19,6 +19,7 @@ class Searcher:
     """Base: subclasses provide the Optuna sampler; `suggest` turns an Optuna trial into a config."""
 
     allows_grid = True
+    needs_metric = False
 
     def __init__(self, metric: str | None = None, mode: str | None = None, points_to_evaluate=None):
         if mode not in (None, "min", "max"):
@@ -112,6 +113,7 @@ class OptunaSearch(Searcher):
     """
 
     allows_grid = False
+    needs_metric = True
 
     def __init__(self, space: dict | None = None, metric: str | None = None, mode: str | None = None,
                  points_to_evaluate=None, sampler: samplers.BaseSampler | None = None, seed: int | None = None):

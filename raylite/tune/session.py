@@ -3,8 +3,11 @@
 A trial is one raylite task with the trial's resources (so it gets its device variables). Each
 `report` goes to the experiment's hub actor, which the driver drains; the reply carries the
 driver's stop decision, and a stopped trial ends at its next `report` (a `StopTrial` raised there).
-Reports block for the reply at most every `BLOCK_EVERY_S` (always when they carry a checkpoint), so
-a slow trial learns of a stop at its next report and a fast one costs a message, not a round trip.
+Reports block for the reply at most every `BLOCK_EVERY_S`, so a slow trial learns of a stop at its
+next report and a fast one costs a message, not a round trip; when nothing in the driver can stop
+the trial (no pruning scheduler, stopper function or time budget) reports never block.
+Thresholds known in advance (a `stop={"metric": bound}` dict, the scheduler's `max_t`) are also
+checked in the trial, which then stops at exactly the result that crossed them.
 """
 from __future__ import annotations
 
@@ -123,9 +126,9 @@ def persist_checkpoint(ckpt: Checkpoint, trial_dir: str, iteration: int, meta: d
 def latest_checkpoint(trial_dir: str) -> Checkpoint | None:
     """The newest complete checkpoint_* directory of a trial (used to restart it)."""
     try:
-        names = sorted(n for n in os.listdir(trial_dir)
-                       if n.startswith("checkpoint_") and ".tmp" not in n
-                       and os.path.exists(os.path.join(trial_dir, n, CHECKPOINT_META)))
+        names = sorted((n for n in os.listdir(trial_dir)
+                        if n.startswith("checkpoint_") and n[11:].isdigit()
+                        and os.path.exists(os.path.join(trial_dir, n, CHECKPOINT_META))), key=lambda n: int(n[11:]))
     except OSError:
         return None
     return Checkpoint(os.path.join(trial_dir, names[-1])) if names else None
@@ -141,11 +144,13 @@ class _Session:
         self.resources = info.get("resources", {})
         self.checkpoint = Checkpoint(info["checkpoint"]) if info.get("checkpoint") else None
         meta = self.checkpoint.metadata if self.checkpoint else {}
-        self.iteration = int(meta.get("training_iteration", 0))
+        self.iteration = self.start_iteration = int(meta.get("training_iteration", 0))
         self.time_offset = float(meta.get("time_total_s", 0.0))
         self.start = self.last = time.time()
         self.last_block = 0.0
         self.pid = os.getpid()
+        self.may_stop = info.get("may_stop", True)   # False: nothing in the driver can stop this trial
+        self.stop_at = info.get("stop_at") or {}   # {metric: bound}: `stop=` dict and the scheduler's max_t
 
 
 _session: _Session | None = None
@@ -173,15 +178,19 @@ def report(metrics: dict | None = None, *, checkpoint=None, **kwargs) -> None:
     result = dict(metrics)
     result.update(training_iteration=s.iteration, time_this_iter_s=now - s.last,
                   time_total_s=s.time_offset + now - s.start, timestamp=int(now), trial_id=s.trial_id,
-                  pid=s.pid)
+                  pid=s.pid, iterations_since_restore=s.iteration - s.start_iteration,
+                  time_since_restore=now - s.start)
     s.last = now
-    block = time.monotonic() - s.last_block >= BLOCK_EVERY_S
+    block = s.may_stop and time.monotonic() - s.last_block >= BLOCK_EVERY_S
     if checkpoint is not None:
-        meta = {k: result[k] for k in ("training_iteration", "time_total_s")}
+        result["checkpoint_dir_name"] = f"checkpoint_{s.iteration:06d}"
+        meta = {"training_iteration": s.iteration, "time_total_s": result["time_total_s"], "result": result}
         s.checkpoint = persist_checkpoint(_as_checkpoint(checkpoint), s.trial_dir, s.iteration, meta)
-        result["checkpoint_dir_name"] = os.path.basename(s.checkpoint.path)
-        block = True
     ref = s.hub.report.remote(s.trial_id, s.attempt, result)
+    for key, bound in s.stop_at.items():   # checked here too, so the trial stops at exactly this result
+        v = result.get(key)
+        if isinstance(v, (int, float)) and v >= bound:
+            raise StopTrial(s.trial_id)
     if block:
         stop = ray.get(ref)
         s.last_block = time.monotonic()

@@ -68,6 +68,8 @@ class Trial:
         self.cancel_stage = 0
         self.optuna_trial = None
         self.launched_at = 0.0
+        self.outcome = None
+        self.restored = False
 
     # ------------------------------------------------------------------ results
     def add_result(self, result: dict) -> None:
@@ -79,6 +81,12 @@ class Trial:
         if name:
             self.checkpoint_path = os.path.join(self.path, name)
             self.checkpoints.append((self.checkpoint_path, {k: v for k, v in result.items() if _number(v)}))
+
+    def rewind(self, results: list[dict]) -> None:
+        """Start the record over from these results (a trial restarting from a checkpoint)."""
+        self.last_result, self.stats, self.checkpoints, self.checkpoint_path = {}, {}, [], None
+        for r in results:
+            self.add_result(r)
 
     @property
     def metric_analysis(self) -> dict:

@@ -1,0 +1,109 @@
+"""`tune.run`: argument checks, then one TrialRunner (runner.py) for the experiment."""
+from __future__ import annotations
+
+import math
+
+from raylite.tune.analysis import ExperimentAnalysis
+from raylite.tune.search import BasicVariantGenerator, Searcher
+from raylite.tune.schedulers import as_scheduler
+from raylite.tune.trial import ERROR
+
+
+class TuneError(Exception):
+    """Raised by `tune.run` when trials failed (with `raise_on_failed_trial=True`)."""
+
+
+class Callback:
+    """Ray Tune's experiment callbacks; override the hooks you need. They run in the driver;
+    on_trial_complete / on_trial_error run once the trial's final state is on disk."""
+
+    def on_trial_start(self, iteration, trials, trial, **info): ...
+    def on_trial_result(self, iteration, trials, trial, result, **info): ...
+    def on_trial_complete(self, iteration, trials, trial, **info): ...
+    def on_trial_error(self, iteration, trials, trial, **info): ...
+    def on_experiment_end(self, trials, **info): ...
+
+
+def run(trainable, config: dict | None = None, num_samples: int = 1, resources_per_trial: dict | None = None,
+        metric: str | None = None, mode: str | None = None, search_alg: Searcher | None = None, scheduler=None,
+        stop=None, time_budget_s: float | None = None, max_concurrent_trials: int | None = None,
+        storage_path: str | None = None, name: str | None = None, resume: bool = False, max_failures: int = 0,
+        raise_on_failed_trial: bool = True, verbose: int = 1, callbacks: list | None = None,
+        local_dir: str | None = None) -> ExperimentAnalysis:
+    """Run `trainable(config)` for every sampled config; returns an ExperimentAnalysis.
+
+    The trainable calls `tune.report({...})` once per iteration (and may pass `checkpoint=`).
+    See README "Hyperparameter search (raylite.tune)" for every argument.
+    """
+    from raylite.tune.runner import TrialRunner
+    _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures, stop)
+    search_alg = search_alg if search_alg is not None else BasicVariantGenerator()
+    if not isinstance(search_alg, Searcher):
+        raise TypeError(f"search_alg must be a tune searcher (OptunaSearch, BasicVariantGenerator), "
+                        f"got {type(search_alg).__name__}")
+    scheduler = as_scheduler(scheduler)
+    metric, mode = _resolve_metric(search_alg, scheduler, metric, mode)
+    runner = TrialRunner(trainable, config, num_samples, normalize_resources(resources_per_trial), metric, mode,
+                         search_alg, scheduler, stop, time_budget_s, max_concurrent_trials,
+                         storage_path or local_dir, name, resume, max_failures, verbose, callbacks)
+    analysis = runner.run()
+    failed = [t for t in analysis.trials if t.status == ERROR]
+    if failed and raise_on_failed_trial:
+        raise TuneError(f"Trials did not complete: {failed} (see each trial's error.txt under "
+                        f"{runner.storage.path}; raise_on_failed_trial=False returns the analysis instead)")
+    return analysis
+
+
+def normalize_resources(resources) -> dict[str, float]:
+    if resources is None:
+        return {"CPU": 1.0}
+    if not isinstance(resources, dict):
+        raise TypeError(f"resources_per_trial must be a dict like {{'cpu': 1, 'gpu': 0.5}}, "
+                        f"got {type(resources).__name__}")
+    out: dict[str, float] = {}
+    for key, value in resources.items():
+        name = {"cpu": "CPU", "gpu": "GPU", "num_cpus": "CPU", "num_gpus": "GPU"}.get(key, key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or math.isnan(value):
+            raise ValueError(f"resources_per_trial[{key!r}] must be a non-negative number, got {value!r}")
+        if value:
+            out[name] = out.get(name, 0.0) + float(value)
+    out.setdefault("CPU", 0.0)
+    return out
+
+
+def _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures, stop) -> None:
+    if isinstance(trainable, type):
+        raise TypeError("class trainables are not supported: pass a function trainable(config) that "
+                        "calls tune.report(...) once per iteration")
+    if not callable(trainable):
+        raise TypeError(f"trainable must be a function, got {type(trainable).__name__}")
+    if not isinstance(num_samples, int) or (num_samples < 1 and num_samples != -1):
+        raise ValueError(f"num_samples must be a positive integer (or -1: until stopped), got {num_samples!r}")
+    if max_concurrent_trials is not None and (not isinstance(max_concurrent_trials, int)
+                                              or max_concurrent_trials < 1):
+        raise ValueError(f"max_concurrent_trials must be a positive integer, got {max_concurrent_trials!r}")
+    if not isinstance(max_failures, int) or max_failures < -1:
+        raise ValueError(f"max_failures must be an integer >= -1 (-1: retry forever), got {max_failures!r}")
+    if stop is not None and not (isinstance(stop, dict) or callable(stop)):
+        raise TypeError(f"stop must be a dict, a function (trial_id, result) -> bool or a Stopper, "
+                        f"got {type(stop).__name__}")
+
+
+def _resolve_metric(searcher, scheduler, metric, mode):
+    if mode not in (None, "min", "max"):
+        raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+    for part in (searcher, scheduler):
+        for attr, value in (("metric", metric), ("mode", mode)):
+            own = getattr(part, attr, None)
+            if own is not None and value is not None and own != value:
+                raise ValueError(f"{type(part).__name__} has {attr}={own!r} but tune.run got {attr}={value!r}")
+        metric = metric or part.metric
+        mode = mode or part.mode
+    if (metric is None) != (mode is None):
+        raise ValueError(f"metric and mode go together: got metric={metric!r}, mode={mode!r}")
+    needs = [type(p).__name__ for p in (searcher, scheduler) if p.needs_metric]
+    if needs and metric is None:
+        raise ValueError(f"{' and '.join(needs)} need(s) a metric and mode: pass metric='...' and "
+                         f"mode='min'|'max' to tune.run")
+    scheduler.metric, scheduler.mode = metric, mode
+    return metric, mode

@@ -1,0 +1,526 @@
+"""The experiment loop behind `tune.run`: trials as raylite tasks, searched and pruned by one Optuna study.
+
+- One trial = one raylite task running the function trainable, with the trial's resources
+  (`num_cpus`/`num_gpus`/custom), so it gets its device variables and a worker sized for it. A task
+  blocked in `get` gives its CPU back, so a trial may start its own raylite workers.
+- `tune.report` posts each result to the experiment's hub actor (session.py); the driver drains the
+  hub asynchronously (at once when a trial ends, else every 20-200 ms), feeds each result to the
+  stop criteria and the scheduler (an Optuna pruner) and posts stop decisions back. A stopped trial
+  ends at its next `report`; one that does not report within STOP_GRACE_S is cancelled (SIGINT,
+  then SIGKILL).
+- Concurrency: a trial is launched only when the resources of the running trials plus its own fit
+  `ray.cluster_resources()` and `max_concurrent_trials` allows. A random search keeps one trial per
+  slot asked for and on disk as PENDING (its note says what it waits for, in numbers); an adaptive
+  searcher asks only when a slot is free and every ended trial is told.
+- The loop only blocks in `ray.wait`, and launches replacements before any bookkeeping; file writes
+  go to the storage's I/O thread, the SQLite copy of the study to a writer actor (storage.py).
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+import traceback
+import warnings
+from collections import deque
+from datetime import datetime
+
+import optuna
+from optuna.distributions import distribution_to_json
+from optuna.trial import TrialState
+
+import raylite as ray
+from raylite.tune import session
+from raylite.tune.analysis import ExperimentAnalysis
+from raylite.tune.progress import ProgressReporter, resources_str, units
+from raylite.tune.schedulers import PRUNE, STOP, FIFOScheduler, as_scheduler
+from raylite.tune.search import BasicVariantGenerator
+from raylite.tune.search_space import path_name
+from raylite.tune.storage import ExperimentStorage, StudyMirror, read_results, rewrite_results
+from raylite.tune.trial import ERROR, PENDING, RUNNING, TERMINATED, Trial
+
+STOP_GRACE_S = float(os.environ.get("RAYLITE_TUNE_STOP_GRACE_S", "2.0"))
+DRAIN_MIN_S, DRAIN_MAX_S = 0.02, 0.2
+
+_trial_task = ray.remote(session.run_trial)
+_HubActor = ray.remote(num_cpus=0)(session.Hub)
+
+
+class TrialRunner:
+    """One experiment: `tune.run` validates its arguments, then builds this and calls `run()`."""
+
+    def __init__(self, trainable, config, num_samples, resources_per_trial, metric, mode, search_alg, scheduler,
+                 stop, time_budget_s, max_concurrent_trials, storage_path, name, resume, max_failures, verbose,
+                 callbacks):
+        self.trainable, self.trainable_name = trainable, getattr(trainable, "__name__", "trainable")
+        self.searcher = search_alg if search_alg is not None else BasicVariantGenerator()
+        self.scheduler = as_scheduler(scheduler)
+        self.metric, self.mode = metric, mode
+        self.space = self.searcher.set_search_space(config)
+        self.num_samples = num_samples
+        self.total_trials = None if num_samples == -1 else self.space.num_grid_points * num_samples
+        self.resources = resources_per_trial
+        self.stop, self.time_budget_s = stop, time_budget_s
+        self.max_concurrent, self.max_failures = max_concurrent_trials, max_failures
+        self.callbacks = list(callbacks or [])
+        self.stop_at = dict(stop) if isinstance(stop, dict) else {}
+        self.may_stop = (not isinstance(self.scheduler, FIFOScheduler) or time_budget_s is not None
+                         or (stop is not None and not isinstance(stop, dict)))
+        max_t = getattr(self.scheduler, "max_t", None)
+        if max_t is not None:
+            t_attr = self.scheduler.time_attr
+            self.stop_at[t_attr] = min(max_t, self.stop_at.get(t_attr, max_t))
+        self.name = name or self._default_name(storage_path, resume)
+        self.storage = ExperimentStorage(storage_path, self.name)
+        self.resume = resume
+        self.reporter = ProgressReporter(verbose, self.metric, self.mode,
+                                         sorted(path_name(p) for p, _ in self.space.grids + self.space.domains))
+        self.trials: list[Trial] = []
+        self.by_id: dict[str, Trial] = {}
+        self.pending: deque[Trial] = deque()
+        self.running: dict = {}            # ref -> trial
+        self.finishing: list[Trial] = []   # ended; finalized once a drain issued after that returns
+        self.drain_ref, self.drain_covers = None, []
+        self.result_batch: dict[str, list] = {}   # trial dir -> results of this drain, written together
+        self.held: dict[str, int] = {}
+        self.stopping: str | None = None
+        self.iteration = 0
+        self.drain_interval, self.next_drain = DRAIN_MIN_S, 0.0
+        self.new_stops: list[str] = []
+        self.started_at = time.monotonic()
+
+    # ------------------------------------------------------------------ setup
+    def _default_name(self, storage_path, resume: bool) -> str:
+        """`<trainable>_<timestamp>`; with resume=True, the latest such experiment, if any."""
+        root = ExperimentStorage(storage_path, "x").root
+        prefix = f"{self.trainable_name}_"
+        if resume and os.path.isdir(root):
+            mine = [n for n in os.listdir(root) if n.startswith(prefix) and ExperimentStorage(root, n).exists()]
+            if mine:
+                return max(mine, key=lambda n: os.path.getmtime(os.path.join(root, n)))
+        base = f"{prefix}{datetime.now():%Y-%m-%d_%H-%M-%S}"
+        name, i = base, 1
+        while os.path.exists(os.path.join(root, name)):
+            name, i = f"{base}_{i}", i + 1
+        return name
+
+    def _check_feasible(self) -> None:
+        total = ray.cluster_resources()
+        self.total_units = {k: units(v) for k, v in total.items()}
+        self.req_units = {k: units(v) for k, v in self.resources.items() if v}
+        short = [f"{k}: asks {v:g}, this machine has {total.get(k, 0):g}" for k, v in self.resources.items()
+                 if units(v) > self.total_units.get(k, 0)]
+        if short:
+            raise ValueError(f"resources_per_trial={resources_str(self.resources)} can never be satisfied "
+                             f"({'; '.join(short)}; see ray.cluster_resources()). Ask for less, or start "
+                             f"raylite with more (ray.init(num_cpus=..., num_gpus=..., resources={{...}})).")
+        limits = [self.total_units.get(k, 0) // v for k, v in self.req_units.items()]
+        if self.max_concurrent:
+            limits.append(self.max_concurrent)
+        self.slots = min(limits) if limits else 1   # how many trials can run at once
+        custom = {k: v for k, v in self.resources.items() if k not in ("CPU", "GPU")}
+        self.task = _trial_task.options(num_cpus=self.resources.get("CPU", 0), num_gpus=self.resources.get("GPU", 0),
+                                        resources=custom or None, max_retries=0)
+
+    def _open_experiment(self) -> None:
+        st = self.storage
+        existing = st.exists()
+        if existing and not self.resume:
+            raise ValueError(f"experiment {self.name!r} already exists at {st.path}: pass resume=True to continue "
+                             f"it, or another name (or storage_path)")
+        direction = "maximize" if self.mode == "max" else "minimize"
+        self.study = optuna.create_study(sampler=self.searcher.sampler, pruner=self.scheduler.make_pruner(),
+                                         direction=direction, study_name=self.name)
+        self.mirror = StudyMirror(st.study_url, self.name, direction)
+        meta = st.load_meta() if existing else {}
+        self.exp_tag = meta.get("exp_tag") or os.urandom(3).hex()[:5]
+        self.meta = {"name": self.name, "trainable": self.trainable_name, "exp_tag": self.exp_tag,
+                     "metric": self.metric, "mode": self.mode, "num_samples": self.num_samples,
+                     "total_trials": self.total_trials, "resources_per_trial": self.resources,
+                     "search_alg": self.searcher.describe(), "scheduler": type(self.scheduler).__name__,
+                     "created": meta.get("created", time.time()), "status": "running"}
+        st.save_meta(self.meta)
+        if not existing:
+            return
+        for t in st.load_trials():
+            self.trials.append(t)
+            self.by_id[t.trial_id] = t
+            if t.is_finished:
+                self._restore_finished(t)
+            else:
+                self._restore_unfinished(t)
+        if self.reporter.verbose:
+            done = sum(t.is_finished for t in self.trials)
+            self.reporter._print(f"Resuming {self.name}: {done} finished trials kept, {len(self.pending)} to "
+                                 f"(re)start from their latest checkpoint if any")
+
+    def _restore_finished(self, t: Trial) -> None:
+        o = t.optuna
+        if not o.get("params") and not o.get("distributions"):
+            return
+        state = TrialState[o.get("state", "FAIL")]
+        value = o.get("value")
+        if state == TrialState.COMPLETE and value is None:
+            state = TrialState.FAIL
+        frozen = optuna.trial.create_trial(
+            state=state, value=value if state != TrialState.FAIL else None, params=o.get("params", {}),
+            distributions={k: optuna.distributions.json_to_distribution(v) for k, v in o["distributions"].items()},
+            intermediate_values={int(k): v for k, v in (o.get("intermediate") or {}).items()},
+            user_attrs={"trial_id": t.trial_id})
+        self.study.add_trial(frozen)
+        self.mirror.add(frozen)
+
+    def _restore_unfinished(self, t: Trial) -> None:
+        ot = self.searcher.restore(self.study, t.optuna.get("params", {}), t.optuna.get("distributions", {}))
+        ot.set_user_attr("trial_id", t.trial_id)
+        for step, value in sorted((int(k), v) for k, v in (t.optuna.get("intermediate") or {}).items()):
+            ot.report(value, step)
+        t.optuna_trial = ot
+        t.status, t.restored = PENDING, True
+        self.pending.append(t)
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> ExperimentAnalysis:
+        if not ray.is_initialized():
+            ray.init()
+        self._check_feasible()
+        verbosity = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.hub = None
+        outcome = "finished"
+        try:
+            self._open_experiment()
+            self.storage.start_io()
+            trainable = self.trainable._put() if isinstance(self.trainable, session.with_parameters) else self.trainable
+            self.trainable_ref = ray.put(trainable)
+            self.hub = _HubActor.remote()
+            self.started_at = time.monotonic()
+            self._loop()
+        except BaseException:
+            outcome = "interrupted"
+            raise
+        finally:
+            self._cleanup(outcome)
+            optuna.logging.set_verbosity(verbosity)
+        self.reporter.summary(self)
+        for cb in self.callbacks:
+            cb.on_experiment_end(trials=self.trials)
+        return ExperimentAnalysis(self.trials, self.metric, self.mode, experiment_path=self.storage.path,
+                                  study=self.study)
+
+    def _loop(self) -> None:
+        # Never blocks on anything but ray.wait: the hub is drained asynchronously (its ref is waited
+        # on with the trials'), so a trial ending mid-drain still gets its slot refilled at once.
+        while True:
+            self.iteration += 1
+            self._launch_ready()
+            if not self.running and not self.finishing and self.drain_ref is None and \
+                    (self.stopping or (not self.pending and not self._can_create())):
+                break
+            if self.drain_ref is None and (self.finishing or time.monotonic() >= self.next_drain):
+                self.drain_ref, self.drain_covers = self.hub.drain.remote(), list(self.finishing)
+            refs = [*self.running, self.drain_ref] if self.drain_ref is not None else list(self.running)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=self._timeout())
+            if ready and len(refs) > 1:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            drained = False
+            for ref in ready:
+                if ref is self.drain_ref:
+                    drained = True
+                    continue
+                trial = self.running.pop(ref)
+                self._release(trial)
+                self.finishing.append(trial)
+            if len(ready) > drained:
+                self._refill()
+            if drained:
+                self._drain(ray.get(self.drain_ref))
+                self.drain_ref = None
+                for trial in self.drain_covers:   # every result it sent before ending is processed
+                    self.finishing.remove(trial)
+                    self._finalize(trial, trial.outcome)
+            self.mirror.maybe_send()
+            self._enforce(time.monotonic())
+            self._precreate()
+            self.reporter.maybe_status(self)
+
+    def _refill(self) -> None:
+        """Launch into the slots that trials just left, then learn how they ended."""
+        self._launch_ready()
+        for trial in self.finishing:
+            if trial.outcome is None:
+                trial.outcome = self._outcome(trial.ref)
+
+    def _precreate(self) -> None:
+        """For a random search, keep one trial per slot ready as PENDING (shown with the reason it
+        waits), so refilling a slot never waits for Optuna or the file system. An adaptive searcher
+        (OptunaSearch) asks only when a slot is free and every ended trial is told instead: each
+        config then uses every result there is, and a seeded sequential search repeats exactly."""
+        if self.searcher.needs_metric:
+            return
+        while len(self.pending) < max(1, self.slots) and self._can_create():
+            self._create_trial()
+
+    def _timeout(self) -> float:
+        now = time.monotonic()
+        deadlines = [self.reporter.last_print + self.reporter.interval]
+        if self.drain_ref is None:
+            deadlines.append(self.next_drain)
+        if self.time_budget_s is not None and not self.stopping:
+            deadlines.append(self.started_at + self.time_budget_s)
+        for t in self.running.values():
+            if t.stop_requested_at is not None:
+                deadlines.append(t.stop_requested_at + STOP_GRACE_S * (1 + 2 * t.cancel_stage))
+        return min(1.0, max(0.001, min(deadlines) - now))
+
+    # ------------------------------------------------------------------ trials
+    def _can_create(self) -> bool:
+        return not self.stopping and (self.total_trials is None or len(self.trials) < self.total_trials)
+
+    def _fits(self) -> bool:
+        if self.max_concurrent is not None and len(self.running) >= self.max_concurrent:
+            return False
+        return all(self.held.get(k, 0) + v <= self.total_units.get(k, 0) for k, v in self.req_units.items())
+
+    def _create_trial(self) -> Trial:
+        index = len(self.trials)
+        config, ot = self.searcher.suggest(self.study, index)
+        tid = f"{self.exp_tag}_{index:05d}"
+        ot.set_user_attr("trial_id", tid)
+        trial = Trial(tid, index, config, self.storage.trial_dir(tid), self.resources)
+        trial.optuna = {"params": dict(ot.params), "number": ot.number,
+                        "distributions": {k: distribution_to_json(v) for k, v in ot.distributions.items()}}
+        trial.optuna_trial = ot
+        self.storage.create_trial(trial)
+        self.trials.append(trial)
+        self.by_id[tid] = trial
+        self.pending.append(trial)
+        return trial
+
+    def _launch_ready(self) -> None:
+        while self._fits() and not self.stopping:
+            if not self.pending:
+                if not self._can_create() or not self._may_ask():
+                    return
+                self._create_trial()
+            self._launch(self.pending.popleft())
+
+    def _may_ask(self) -> bool:
+        """An adaptive searcher asks only once every ended trial is told: the same history gives
+        the same configs (a seeded TPE run repeats), and no ask misses a result it could have had."""
+        return not (self.searcher.needs_metric and self.finishing)
+
+    def _launch(self, trial: Trial) -> None:
+        trial.attempt += 1
+        ckpt = None
+        if trial.attempt > 1 or trial.restored:   # a retried or resumed trial restarts from its checkpoint
+            self.storage.flush()
+            ckpt = session.latest_checkpoint(trial.path)
+            self._rewind(trial, ckpt)
+        info = {"trial_id": trial.trial_id, "trial_dir": trial.path, "hub": self.hub, "attempt": trial.attempt,
+                "checkpoint": ckpt.path if ckpt else None, "resources": dict(self.resources),
+                "stop_at": self.stop_at, "may_stop": self.may_stop}
+        ref = self.task.remote(self.trainable_ref, trial.config, info)
+        self.running[ref] = trial
+        for k, v in self.req_units.items():
+            self.held[k] = self.held.get(k, 0) + v
+        trial.ref, trial.launched, trial.launched_at = ref, True, time.monotonic()
+        trial.stop_requested_at, trial.cancel_stage, trial.stop_reason = None, 0, None
+        if trial.start_time is None:
+            trial.start_time = time.time()
+        for cb in self.callbacks:
+            cb.on_trial_start(iteration=self.iteration, trials=self.trials, trial=trial)
+
+    def _rewind(self, trial: Trial, ckpt) -> None:
+        """Keep only the results up to the checkpoint the trial restarts from (none without one)."""
+        meta = ckpt.metadata if ckpt else {}
+        upto = int(meta.get("training_iteration", 0))
+        keep = [r for r in read_results(trial.path) if r.get("training_iteration", 0) <= upto]
+        if upto and meta.get("result") and (not keep or keep[-1].get("training_iteration") != upto):
+            keep.append(meta["result"])   # the driver died before it saw the checkpoint's result
+        rewrite_results(trial.path, keep)
+        trial.rewind(keep)
+        trial.restored = False
+
+    def _release(self, trial: Trial) -> None:
+        for k, v in self.req_units.items():
+            self.held[k] -= v
+
+    def _outcome(self, ref):
+        try:
+            return "ok", ray.get(ref)
+        except ray.exceptions.TaskCancelledError as e:
+            return "cancelled", e
+        except Exception as e:  # noqa: BLE001 - the trial's error, recorded on the trial
+            return "error", e
+
+    # ------------------------------------------------------------------ results and decisions
+    def _drain(self, events: list) -> None:
+        touched = set()
+        for kind, tid, attempt, payload in events:
+            trial = self.by_id.get(tid)
+            if trial is None or attempt != trial.attempt:
+                continue
+            if kind == "start":
+                if not trial.is_finished:
+                    trial.status = RUNNING
+                trial.runtime = payload
+            else:
+                self._on_result(trial, payload)
+                touched.add(tid)
+        for path, results in self.result_batch.items():
+            self.storage.append_results(path, results)
+        self.result_batch = {}
+        if self.new_stops:
+            self.hub.stop.remote(self.new_stops)
+            self.new_stops = []
+        self.drain_interval = DRAIN_MIN_S if touched else min(DRAIN_MAX_S, self.drain_interval * 2)
+        self.next_drain = time.monotonic() + self.drain_interval
+
+    def _on_result(self, trial: Trial, result: dict) -> None:
+        trial.add_result(result)
+        self.result_batch.setdefault(trial.path, []).append(result)
+        self.reporter.result_line(trial, result)
+        for cb in self.callbacks:
+            cb.on_trial_result(iteration=self.iteration, trials=self.trials, trial=trial, result=result)
+        if trial.stop_reason is not None:
+            return
+        decision = self.scheduler.on_result(trial, result)
+        if decision == PRUNE:
+            return self._request_stop(trial, "pruned")
+        if decision == STOP:
+            return self._request_stop(trial, "max_t")
+        if self._stop_criteria(trial, result):
+            self._request_stop(trial, "stop criteria")
+
+    def _stop_criteria(self, trial: Trial, result: dict) -> bool:
+        stop = self.stop
+        if stop is None:
+            return False
+        if isinstance(stop, dict):
+            for key, bound in stop.items():
+                v = result.get(key)
+                if v is not None and v >= bound:
+                    return True
+            return False
+        if bool(stop(trial.trial_id, result)):
+            return True
+        stop_all = getattr(stop, "stop_all", None)
+        if stop_all is not None and stop_all():
+            self._stop_experiment("the stopper's stop_all()")
+        return False
+
+    def _request_stop(self, trial: Trial, reason: str) -> None:
+        if trial.stop_reason is None:
+            trial.stop_reason = reason
+            trial.stop_requested_at = time.monotonic()
+            self.new_stops.append(trial.trial_id)
+
+    def _stop_experiment(self, why: str) -> None:
+        if self.stopping:
+            return
+        self.stopping = why
+        for trial in self.running.values():
+            self._request_stop(trial, why)
+        for trial in [t for t in self.pending if t.attempt == 0 and not t.restored and not t.num_failures]:
+            self._discard(trial)   # asked for but never started: not a trial of this experiment after all
+        if self.new_stops:
+            self.hub.stop.remote(self.new_stops)
+            self.new_stops = []
+
+    def _discard(self, trial: Trial) -> None:
+        self.pending.remove(trial)
+        self.trials.remove(trial)
+        del self.by_id[trial.trial_id]
+        self.study.tell(trial.optuna_trial, state=TrialState.FAIL)
+        shutil.rmtree(trial.path, ignore_errors=True)
+
+    def _enforce(self, now: float) -> None:
+        if self.time_budget_s is not None and not self.stopping and now - self.started_at >= self.time_budget_s:
+            self._stop_experiment(f"time_budget_s={self.time_budget_s:g}")
+        for ref, trial in self.running.items():
+            if trial.stop_requested_at is None:
+                continue
+            waited = now - trial.stop_requested_at
+            if trial.cancel_stage == 0 and waited >= STOP_GRACE_S:
+                trial.cancel_stage = 1
+                ray.cancel(ref)                # the trial did not report: interrupt it
+            elif trial.cancel_stage == 1 and waited >= 3 * STOP_GRACE_S:
+                trial.cancel_stage = 2
+                ray.cancel(ref, force=True)    # nor did it stop: end its process
+
+    def _finalize(self, trial: Trial, outcome) -> None:
+        kind, value = outcome
+        trial.launched, trial.ref, trial.outcome = False, None, None
+        self.storage.close_results(trial.path)
+        if kind == "ok" or trial.stop_reason is not None:
+            trial.status = TERMINATED
+            trial.early_stopped = trial.stop_reason == "pruned"
+            if trial.last_result:   # a copy: the I/O thread may still be writing the original
+                trial.last_result = {**trial.last_result, "done": True}
+            state = TrialState.PRUNED if trial.early_stopped else TrialState.COMPLETE
+            what = "stopped early (pruned)" if trial.early_stopped else \
+                f"stopped ({trial.stop_reason})" if trial.stop_reason else "completed"
+        else:
+            trial.num_failures += 1
+            text = getattr(value, "traceback_str", None) or "".join(traceback.format_exception(value))
+            trial.error_msg = f"{type(value).__name__}: {value}"
+            self.storage.write_error(trial, text)
+            if not self.stopping and (self.max_failures < 0 or trial.num_failures <= self.max_failures):
+                trial.status = PENDING
+                self.pending.appendleft(trial)
+                self.storage.save_trial(trial)
+                self.reporter.trial_line(trial, f"failed ({trial.num_failures}/{self.max_failures}), retrying")
+                return
+            trial.status, state, what = ERROR, TrialState.FAIL, "errored"
+        trial.end_time = time.time()
+        self._tell(trial, state)
+        self.storage.save_trial(trial)
+        self.reporter.trial_line(trial, what)
+        hook = "on_trial_error" if trial.status == ERROR else "on_trial_complete"
+        if self.callbacks:
+            self.storage.flush()   # the trial's files are on disk before its callbacks run
+        for cb in self.callbacks:
+            getattr(cb, hook)(iteration=self.iteration, trials=self.trials, trial=trial)
+
+    def _tell(self, trial: Trial, state: TrialState) -> None:
+        value = trial.last_result.get(self.metric) if self.metric else None
+        finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if state == TrialState.COMPLETE and not finite:
+            state = TrialState.FAIL   # Optuna needs a value for a complete trial
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            frozen = self.study.tell(trial.optuna_trial, float(value) if state == TrialState.COMPLETE else None,
+                                     state=state)
+        trial.optuna.update(state=frozen.state.name, value=frozen.value)
+        self.mirror.add(frozen)
+
+    # ------------------------------------------------------------------ end
+    def _cleanup(self, outcome: str) -> None:
+        for ref in list(self.running):
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001
+                pass
+        for trial in self.running.values():
+            self.storage.save_trial(trial)
+        for path, results in self.result_batch.items():
+            self.storage.append_results(path, results)
+        self.storage.close()
+        if self.hub is not None:
+            try:
+                ray.kill(self.hub)
+            except Exception:  # noqa: BLE001
+                pass
+        mirror = getattr(self, "mirror", None)
+        if mirror is not None:
+            mirror.close(timeout=120.0 if outcome == "finished" else 10.0)
+        if hasattr(self, "meta"):
+            self.meta["status"] = outcome if outcome != "finished" or not self.stopping else \
+                f"stopped: {self.stopping}"
+            self.meta["end"] = time.time()
+            self.storage.save_meta(self.meta)
+        if outcome == "interrupted" and self.reporter.verbose and hasattr(self, "meta"):
+            self.reporter._print(f"Experiment {self.name} interrupted; continue it with "
+                                 f"tune.run(..., name={self.name!r}, storage_path={self.storage.root!r}, resume=True)")

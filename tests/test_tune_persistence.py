@@ -1,0 +1,199 @@
+"""raylite.tune on disk: the experiment directory, the SQLite Optuna study, ExperimentAnalysis(path),
+plots, and resume after the driver is SIGKILLed (no finished trial runs twice, none is lost)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import time
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+import raylite as ray  # noqa: E402
+from raylite import tune  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def ray2():
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2)
+    yield ray
+    ray.shutdown()
+
+
+def checkpointing(config):
+    import json
+    import os
+    ckpt = tune.get_checkpoint()
+    start = 0
+    if ckpt:
+        with open(os.path.join(ckpt.path, "state.json")) as f:
+            start = json.load(f)["step"]
+    for step in range(start, 4):
+        d = os.path.join(tune.get_trial_dir(), "scratch")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "state.json"), "w") as f:
+            json.dump({"step": step + 1}, f)
+        tune.report({"loss": config["x"] / (step + 1), "nested": {"a": step}},
+                    checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def test_experiment_directory_layout_and_reload(ray2, tmp_path):
+    a = tune.run(checkpointing, config={"x": tune.grid_search([1.0, 2.0, 3.0])}, metric="loss", mode="min",
+                 storage_path=str(tmp_path), name="layout", verbose=0)
+    exp = tmp_path / "layout"
+    meta = json.loads((exp / "experiment_state.json").read_text())
+    assert meta["metric"] == "loss" and meta["status"] == "finished" and meta["total_trials"] == 3
+    for t in a.trials:
+        d = exp / t.trial_id
+        assert json.loads((d / "params.json").read_text()) == t.config
+        state = json.loads((d / "trial.json").read_text())
+        assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 4
+        lines = [json.loads(x) for x in (d / "result.json").read_text().splitlines()]
+        assert [r["training_iteration"] for r in lines] == [1, 2, 3, 4]
+        assert lines[0]["nested"] == {"a": 0}
+        rows = list(csv.DictReader(open(d / "progress.csv")))
+        assert len(rows) == 4 and "nested/a" in rows[0] and rows[3]["training_iteration"] == "4"
+        ckpts = sorted(p.name for p in d.iterdir() if p.name.startswith("checkpoint_"))
+        assert ckpts == ["checkpoint_000001", "checkpoint_000002", "checkpoint_000003", "checkpoint_000004"]
+        assert json.loads((d / "checkpoint_000004" / "state.json").read_text()) == {"step": 4}
+    best = a.best_checkpoint
+    assert best.path.endswith("checkpoint_000004") and a.best_config == {"x": 1.0}
+
+    # The Optuna study in SQLite: every trial, with the tune trial id.
+    study = optuna.load_study(study_name="layout", storage=f"sqlite:///{exp}/study.db")
+    assert sorted(t.user_attrs["trial_id"] for t in study.trials) == sorted(t.trial_id for t in a.trials)
+    assert {t.state.name for t in study.trials} == {"COMPLETE"}
+    assert study.best_trial.params == {"x": 1.0}
+
+    # Reloaded from disk: same trials, best trial, dataframe.
+    b = tune.ExperimentAnalysis(str(exp))
+    assert [t.trial_id for t in b.trials] == [t.trial_id for t in a.trials]
+    assert b.best_trial.trial_id == a.best_trial.trial_id and b.best_config == {"x": 1.0}
+    assert b.get_best_trial("loss", "min", scope="all").config == {"x": 1.0}
+    assert len(b.dataframe()) == 3 and b.best_checkpoint.path == best.path
+    assert b.study.best_trial.user_attrs["trial_id"] == a.best_trial.trial_id
+
+    with pytest.raises(ValueError, match="already exists"):
+        tune.run(checkpointing, config={"x": 1.0}, storage_path=str(tmp_path), name="layout", verbose=0)
+
+
+def test_plots(ray2, tmp_path):
+    pytest.importorskip("matplotlib")
+
+    def trainable(config):
+        tune.report({"loss": (config["x"] - 1) ** 2 + 0.1 * config["y"]})
+
+    a = tune.run(trainable, config={"x": tune.uniform(-3, 3), "y": tune.uniform(0, 1)}, num_samples=12,
+                 metric="loss", mode="min", storage_path=str(tmp_path), name="plots", verbose=0)
+    files = a.plot(str(tmp_path / "figs"))
+    assert [os.path.basename(f) for f in files] == ["optimization_history.png", "param_importances.png"]
+    for f in files:
+        with open(f, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+    files = tune.ExperimentAnalysis(str(tmp_path / "plots")).plot(str(tmp_path / "again.png"))
+    assert [os.path.basename(f) for f in files] == ["again_history.png", "again_importances.png"]
+
+
+DRIVER = r'''
+import json, os, sys, time, uuid
+import raylite as ray
+from raylite import tune
+
+MARKERS = sys.argv[1]
+STORAGE = sys.argv[2]
+RESUME = sys.argv[3] == "1"
+
+def trainable(config):
+    ckpt = tune.get_checkpoint()
+    step = ckpt.to_dict()["step"] if ckpt else 0
+    open(os.path.join(MARKERS, f"start-{tune.get_trial_id()}-{step}-{os.getpid()}-{uuid.uuid4().hex}"),
+         "w").close()
+    while step < 3:
+        time.sleep(0.25)
+        step += 1
+        tune.report({"loss": config["x"] + 1.0 / step}, checkpoint={"step": step})
+
+class Printer(tune.Callback):
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        print("COMPLETED", trial.trial_id, flush=True)
+
+ray.init(num_cpus=2)
+a = tune.run(trainable, config={"x": tune.uniform(0, 1)}, num_samples=8, metric="loss", mode="min",
+             storage_path=STORAGE, name="killme", resume=RESUME, callbacks=[Printer()], verbose=0)
+print("FINAL", json.dumps({t.trial_id: [t.status, t.last_result.get("training_iteration")] for t in a.trials}),
+      flush=True)
+ray.shutdown()
+'''
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_resume_after_driver_sigkill(tmp_path, driver_process):
+    markers, storage = tmp_path / "markers", tmp_path / "results"
+    markers.mkdir()
+    code = DRIVER
+    first = driver_process(code.replace("sys.argv[1]", repr(str(markers))).replace("sys.argv[2]", repr(str(storage)))
+                           .replace('sys.argv[3] == "1"', "False"))
+    for _ in range(3):
+        first.wait_for_line("COMPLETED", timeout=60)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.proc.wait(10)
+
+    exp = storage / "killme"
+    finished_at_kill = set()
+    checkpoint_at_kill = {}
+    for d in exp.iterdir():
+        if (d / "trial.json").exists():
+            state = json.loads((d / "trial.json").read_text())
+            if state["status"] == "TERMINATED":
+                finished_at_kill.add(d.name)
+            steps = [int(p.name.split("_")[1]) for p in d.iterdir()
+                     if p.name.startswith("checkpoint_") and (p / ".tune_checkpoint.json").exists()]
+            if steps and state["status"] != "TERMINATED":
+                checkpoint_at_kill[d.name] = max(steps)
+    assert len(finished_at_kill) >= 3
+    first_pids = {int(m.split("-")[3]) for m in os.listdir(markers)}
+    deadline = time.monotonic() + 15      # the killed driver's workers exit on their own
+    while any(_pid_alive(p) for p in first_pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_pid_alive(p) for p in first_pids), "workers of the killed driver are still running"
+    starts_before = set(os.listdir(markers))
+
+    second = driver_process(code.replace("sys.argv[1]", repr(str(markers))).replace("sys.argv[2]", repr(str(storage)))
+                            .replace('sys.argv[3] == "1"', "True"))
+    final = second.wait_for_json("FINAL", timeout=90)
+    assert second.wait_exit(30) == 0
+
+    assert len(final) == 8, final                               # none lost, none added
+    assert all(status == "TERMINATED" and it == 3 for status, it in final.values()), final
+    starts = [m.split("-") for m in os.listdir(markers)]
+    per_trial: dict[str, list] = {}
+    for _, tid, step, _pid, _ in starts:
+        per_trial.setdefault(tid, []).append(int(step))
+    assert set(per_trial) == set(final)
+    for tid in finished_at_kill:                                 # finished before the kill: never again
+        assert len(per_trial[tid]) == 1, (tid, per_trial[tid])
+    new_starts = [m.split("-") for m in set(os.listdir(markers)) - starts_before]
+    for _, tid, step, _pid, _ in new_starts:
+        assert tid not in finished_at_kill
+        if tid in checkpoint_at_kill:                            # restarted from its checkpoint
+            assert int(step) == checkpoint_at_kill[tid], (tid, step, checkpoint_at_kill[tid])
+
+    study = optuna.load_study(study_name="killme", storage=f"sqlite:///{exp}/study.db")
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert sorted(t.user_attrs["trial_id"] for t in complete) == sorted(final)
+    meta = json.loads((exp / "experiment_state.json").read_text())
+    assert meta["status"] == "finished"
