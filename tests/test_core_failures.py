@@ -548,3 +548,29 @@ def test_infeasible_actor_warns_and_does_not_hang(ray_init):
     with pytest.raises(exc.RayError):
         ray.get(h.ping.remote())
     assert time.monotonic() - t0 < 5
+
+
+def test_cancel_is_recursive_by_default(ray_init):
+    ray_init(num_cpus=1)
+
+    @ray.remote(num_cpus=1)
+    def child():
+        time.sleep(30)
+        return 1
+
+    @ray.remote(num_cpus=1)
+    def parent():
+        return ray.get(child.remote())   # blocked in get: its CPU goes to the child
+
+    ref = parent.remote()
+    time.sleep(1.0)
+    ray.cancel(ref)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(ref, timeout=20)
+
+    @ray.remote
+    def quick():
+        return 2
+
+    # the child was cancelled too, so the single CPU is free again well before its 30 s sleep ends
+    assert ray.get(quick.remote(), timeout=15) == 2

@@ -209,7 +209,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
-    _require_client().cancel(object_ref.id, force)
+    _require_client().cancel(object_ref.id, force, recursive)
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:

@@ -84,8 +84,8 @@ class DriverClient:
     def kill(self, actor_id: int, no_restart: bool) -> None:
         self.node.call(self.node.kill, actor_id, no_restart)
 
-    def cancel(self, object_id: int, force: bool) -> None:
-        self.node.call(self.node.cancel, object_id, force)
+    def cancel(self, object_id: int, force: bool, recursive: bool) -> None:
+        self.node.call(self.node.cancel, object_id, force, recursive)
 
     def get_actor(self, name: str):
         return self.node.call_sync(self.node.get_actor, name)

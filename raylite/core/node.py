@@ -56,6 +56,7 @@ class Node:
         self.producers: dict[int, TaskSpec] = {}   # first return id -> pending or running task
         self.cancelled: set[int] = set()
         self.fn_time: dict[str, float] = {}        # function id -> typical run time (s)
+        self.children: dict[int, list[TaskSpec]] = {}   # task id -> tasks it submitted (for cancel)
         self.actors: dict[int, Actor] = {}
         self.named: dict[str, int] = {}
         self.timers: list = []
@@ -388,6 +389,7 @@ class Node:
             results = [results] * len(spec.return_ids)
         if spec.return_ids:
             self.producers.pop(spec.return_ids[0], None)
+        self.children.pop(spec.task_id, None)
         for oid, value in zip(spec.return_ids, results):
             self._set_value(oid, value)
         for dep in spec.deps:
@@ -480,11 +482,15 @@ class Node:
         return actor_id, actor.class_meta
 
     # ------------------------------------------------------------------ cancel
-    def cancel(self, oid: int, force: bool) -> None:
+    def cancel(self, oid: int, force: bool, recursive: bool = True) -> None:
         spec = self.producers.get(oid)
         if spec is None:
             return
         self.cancelled.add(spec.task_id)
+        if recursive:   # tasks it submitted would otherwise run on, holding their resources
+            for child in self.children.pop(spec.task_id, ()):
+                if child.return_ids:
+                    self.cancel(child.return_ids[0], force, True)
         error = _error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled"))
         for queue in self.queues.values():
             if spec in queue:
@@ -661,6 +667,8 @@ class Node:
         self._finish(spec, results)
 
     def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes) -> None:
+        if w.task is not None and spec.kind == "task":
+            self.children.setdefault(w.task.task_id, []).append(spec)
         self.submit(spec, fn_bytes)
 
     def _msg_put(self, w: WorkerProc, oid: int, value) -> None:
@@ -709,8 +717,8 @@ class Node:
     def _msg_kill(self, w: WorkerProc, actor_id: int, no_restart: bool) -> None:
         self.kill(actor_id, no_restart)
 
-    def _msg_cancel(self, w: WorkerProc, oid: int, force: bool) -> None:
-        self.cancel(oid, force)
+    def _msg_cancel(self, w: WorkerProc, oid: int, force: bool, recursive: bool) -> None:
+        self.cancel(oid, force, recursive)
 
     def _msg_get_actor(self, w: WorkerProc, req: int, name: str) -> None:
         try:

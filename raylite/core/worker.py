@@ -103,8 +103,8 @@ class WorkerClient:
     def kill(self, actor_id: int, no_restart: bool) -> None:
         self.send(("kill", actor_id, no_restart))
 
-    def cancel(self, object_id: int, force: bool) -> None:
-        self.send(("cancel", object_id, force))
+    def cancel(self, object_id: int, force: bool, recursive: bool) -> None:
+        self.send(("cancel", object_id, force, recursive))
 
     def get_actor(self, name: str):
         return self.request("get_actor", name)
