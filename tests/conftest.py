@@ -391,3 +391,15 @@ def driver_process(tmp_path):
     finally:
         for handle in started:
             handle.cleanup()
+
+
+@pytest.fixture
+def ray2():
+    """A fresh runtime with 2 CPUs (the machine's size), shut down afterwards."""
+    import raylite as ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2)
+    yield ray
+    ray.shutdown()

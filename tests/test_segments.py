@@ -11,13 +11,6 @@ import raylite as ray
 N = 300_000  # 2.4 MB of float64: above the 1 MB shared-memory threshold
 
 
-@pytest.fixture
-def ray2():
-    ray.init(num_cpus=2)
-    yield ray
-    ray.shutdown()
-
-
 def _session_segments() -> set[str]:
     return set(glob.glob(f"/dev/shm/raylite-{os.getpid()}-*"))
 

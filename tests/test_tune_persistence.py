@@ -18,15 +18,6 @@ from raylite import tune  # noqa: E402
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def ray2():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2)
-    yield ray
-    ray.shutdown()
-
-
 def checkpointing(config):
     import json
     import os

@@ -18,15 +18,6 @@ from raylite import tune  # noqa: E402
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.fixture
-def ray2():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2)
-    yield ray
-    ray.shutdown()
-
-
 def max_overlap(windows) -> int:
     """The most windows open at once ((start, end) pairs; an end before a start at a tie)."""
     events = sorted([(s, 1) for s, _ in windows] + [(e, -1) for _, e in windows], key=lambda x: (x[0], x[1]))

@@ -14,15 +14,6 @@ from raylite import tune  # noqa: E402
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.fixture
-def ray2():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2)
-    yield ray
-    ray.shutdown()
-
-
 def curve(config):
     """loss = 1/(i+1) + q: a lower q is better at every step."""
     import time

@@ -10,15 +10,6 @@ import raylite as ray  # noqa: E402
 from raylite import tune  # noqa: E402
 
 
-@pytest.fixture
-def ray2():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.timeout(150)
 def test_trial_runs_nested_trainer(ray2, tmp_path):
     train = pytest.importorskip("raylite.train")
