@@ -403,3 +403,10 @@ def ray2():
     ray.init(num_cpus=2)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _results_in_tmp(tmp_path_factory):
+    """Train and Tune runs without an explicit path write here, never into the user's home."""
+    os.environ["RAYLITE_RESULTS_DIR"] = str(tmp_path_factory.mktemp("raylite_results"))
+    yield

@@ -92,7 +92,8 @@ class _IOThread:
 
 class ExperimentStorage:
     def __init__(self, storage_path: str | os.PathLike | None, name: str):
-        root = os.fspath(storage_path) if storage_path is not None else DEFAULT_STORAGE
+        root = (os.fspath(storage_path) if storage_path is not None
+                else os.environ.get("RAYLITE_RESULTS_DIR") or DEFAULT_STORAGE)
         self.root = os.path.abspath(os.path.expanduser(root))
         self.name = name
         self.path = os.path.join(self.root, name)
