@@ -410,3 +410,17 @@ def _results_in_tmp(tmp_path_factory):
     """Train and Tune runs without an explicit path write here, never into the user's home."""
     os.environ["RAYLITE_RESULTS_DIR"] = str(tmp_path_factory.mktemp("raylite_results"))
     yield
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    """One 2-CPU runtime shared by a module's tests (warm workers across them)."""
+    import raylite as ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2)
+    try:
+        yield
+    finally:
+        ray.shutdown()

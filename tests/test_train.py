@@ -24,17 +24,6 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def runtime():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def trainer(runtime, tmp_path_factory):
     t = Trainer(backend="torch", num_workers=2, logdir=tmp_path_factory.mktemp("train_logs"))
     t.start()

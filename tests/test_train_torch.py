@@ -20,17 +20,6 @@ pytestmark = pytest.mark.timeout(120)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers need not import this module
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def test_prepare_model_and_data_loader_with_two_workers(runtime, tmp_path):
     def train_func(config):
         import torch

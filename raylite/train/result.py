@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import CheckpointConfig
+from raylite.util.jsonl import read_json_lines
 
 RESULT_FILE = "result.json"
 PROGRESS_FILE = "progress.csv"
@@ -52,17 +53,7 @@ class Result:
     def from_path(cls, path: str | os.PathLike) -> Result:
         """Rebuild a Result from a run directory written by a (finished or killed) run."""
         path = os.path.abspath(os.fspath(path))
-        history = []
-        file = os.path.join(path, RESULT_FILE)
-        if os.path.isfile(file):
-            with open(file) as f:
-                for line in f:
-                    line = line.strip()
-                    if line:
-                        try:
-                            history.append(json.loads(line))
-                        except ValueError:   # a line cut short by a crash
-                            break
+        history = read_json_lines(os.path.join(path, RESULT_FILE))
         by_name = {r.get("checkpoint_dir_name"): r for r in history if r.get("checkpoint_dir_name")}
         names = sorted(n for n in (os.listdir(path) if os.path.isdir(path) else [])
                        if _CKPT_RE.match(n) and "." not in n)

@@ -34,6 +34,7 @@ import time
 import warnings
 
 from raylite.tune.trial import Trial
+from raylite.util.jsonl import read_json_lines
 
 DEFAULT_STORAGE = "~/raylite_results"
 STATE_FILE = "experiment_state.json"
@@ -285,19 +286,7 @@ def rewrite_results(trial_dir: str, results: list[dict]) -> None:
 
 
 def read_results(trial_dir: str) -> list[dict]:
-    out = []
-    try:
-        with open(os.path.join(trial_dir, "result.json")) as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    try:
-                        out.append(json.loads(line))
-                    except ValueError:   # a line cut by a killed driver
-                        pass
-    except OSError:
-        pass
-    return out
+    return read_json_lines(os.path.join(trial_dir, "result.json"))
 
 
 class StudyWriter:
