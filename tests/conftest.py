@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import pid_alive as _pid_alive, wait_until as _wait_until
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
@@ -119,30 +121,6 @@ def ray_start(request, ray_init):
 # --------------------------------------------------------------------------
 # small helpers, exposed as fixtures (no `import conftest` in test modules)
 # --------------------------------------------------------------------------
-
-
-def _wait_until(predicate, timeout=5.0, interval=0.02, message=None):
-    """Poll ``predicate`` until it returns a truthy value; return that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(message or f"condition not met within {timeout} s")
-        time.sleep(interval)
-
-
-def _pid_alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie (a zombie runs no code)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
-    # Format: pid (comm) state ... ; comm may contain spaces/parens.
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return state not in ("Z", "X")
 
 
 def _wait_pids_gone(pids, timeout=10.0, what="worker processes"):

@@ -18,6 +18,7 @@ import pytest
 
 import raylite as ray
 from raylite.exceptions import InfeasibleTaskError
+from helpers import pid_alive as _pid_alive, wait_until as _wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,21 +34,8 @@ GPU_VENDOR_VARS = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICE
 ALL_VARS = set(FAMILY_VARS.values()) | set(GPU_VENDOR_VARS.values())
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
-def _wait_until(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout} s")
-        time.sleep(0.01)
 
 
 def _gpu_free() -> float:

@@ -15,6 +15,7 @@ import raylite as ray
 import raylite.util
 from raylite.util import probe as probe_module
 from raylite.util import probe_gpu_resources
+from helpers import wait_until as _wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,12 +31,6 @@ def clean(monkeypatch):
         ray.shutdown()
 
 
-def _wait_until(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not reached within {timeout} s")
-        time.sleep(0.01)
 
 
 def _gpu_holder():

@@ -14,6 +14,7 @@ optuna = pytest.importorskip("optuna")
 
 import raylite as ray  # noqa: E402
 from raylite import tune  # noqa: E402
+from helpers import pid_alive as _pid_alive
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -124,12 +125,6 @@ ray.shutdown()
 '''
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def test_resume_after_driver_sigkill(tmp_path, driver_process):

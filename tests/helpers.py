@@ -1,0 +1,29 @@
+"""Plain helpers shared by the test modules (conftest exposes them as fixtures too)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+
+def wait_until(predicate, timeout=15.0, interval=0.02, message=None, what=None):
+    """Poll ``predicate`` until it returns a truthy value; return that value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(message or f"{what or 'condition'} not reached within {timeout} s")
+        time.sleep(interval)
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie (a zombie runs no code)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # Format: pid (comm) state ... ; comm may contain spaces/parens.
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
