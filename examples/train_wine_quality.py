@@ -130,12 +130,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        path = wq.resolve_data_path(args.data)
-        X, quality = wq.load_wine(path)
-    except wq.DataError as e:
-        print(f"error: {e}", file=sys.stderr)
+    loaded = wq.load_for_cli(args.data)
+    if loaded is None:
         return 2
+    path, X, quality = loaded
     data = wq.prepare(X, quality, seed=args.split_seed)
     print(f"data: {path} ({len(X)} rows; train {len(data['X_train'])}, test {len(data['X_test'])}); "
           f"{args.num_workers} workers x batch {args.batch_size}, {args.epochs} epochs")

@@ -127,12 +127,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        path = wq.resolve_data_path(args.data)
-        X, quality = wq.load_wine(path)
-    except wq.DataError as e:
-        print(f"error: {e}", file=sys.stderr)
+    loaded = wq.load_for_cli(args.data)
+    if loaded is None:
         return 2
+    path, X, quality = loaded
     data = split_validation(wq.prepare(X, quality))
     print(f"data: {path} (train {len(data['X_train'])}, validation {len(data['X_val'])}, "
           f"test {len(data['X_test'])}); {args.num_samples} trials, up to {args.max_epochs} epochs each")

@@ -89,6 +89,17 @@ def download(url: str, dest: Path) -> None:
         ) from e
 
 
+def load_for_cli(data: str | os.PathLike | None):
+    """(path, features, quality) for a command-line example, or None after printing the error."""
+    try:
+        path = resolve_data_path(data)
+        X, quality = load_wine(path)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+    return path, X, quality
+
+
 def load_wine(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     """Read the CSV (``;`` or ``,`` separated, header row) -> (features [n, 11], quality [n])."""
     path = Path(path)
@@ -524,12 +535,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        path = resolve_data_path(args.data)
-        X, quality = load_wine(path)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
+    loaded = load_for_cli(args.data)
+    if loaded is None:
         return 2
+    path, X, quality = loaded
     torch.set_num_threads(args.threads)
     data = prepare(X, quality, seed=args.split_seed)
     print(f"data: {path} ({len(X)} rows; train {len(data['X_train'])}, "
