@@ -106,3 +106,15 @@ class InfeasibleTaskError(RayError):
 
 class ObjectLostError(RayError):
     """The object's value is gone (freed or its producer failed irrecoverably)."""
+
+
+class NodeDiedError(RayError):
+    """The node a task ran on died (Ray backend: a machine lost, preempted or its raylet crashed)."""
+
+
+class ActorUnavailableError(RayActorError):
+    """The actor is temporarily unreachable (Ray backend: restarting, or its node is unreachable)."""
+
+
+class OutOfMemoryError(RayError):
+    """The task's worker was killed by the node's out-of-memory monitor (Ray backend)."""

@@ -6,7 +6,7 @@ import os
 import threading
 
 from raylite import exceptions
-from raylite.core import context, segments, serialization
+from raylite.core import context, ray_backend, segments, serialization
 from raylite.core.objects import ObjectRef, next_id, process
 from raylite.core.remote import ActorClass, ActorHandle, RemoteFunction
 from raylite.core.resources import SCALE, to_fixed
@@ -48,19 +48,25 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
          logging_format=None, log_to_driver: bool = True, namespace: str | None = None,
          runtime_env: dict | None = None, configure_logging: bool = True, job_config=None,
          _temp_dir: str | None = None, _system_config: dict | None = None,
-         _memory: int | None = None) -> RayContext:
-    """Start the local runtime: a node manager thread in this process and a zygote for workers."""
+         _memory: int | None = None, backend: str | None = None):
+    """Start the local runtime (a node manager thread in this process and a zygote for workers),
+    or, given an address, ``backend="ray"`` or ``RAY_ADDRESS``, connect to a Ray cluster instead."""
     global _node
     with _lock:
-        if process.client is not None:   # also true inside tasks and actors
-            if ignore_reinit_error:
+        if process.client is not None or process.ray is not None or ray_backend.attach():
+            if ignore_reinit_error:   # also true inside tasks and actors
                 return _context()
             raise RuntimeError("Maybe you called ray.init twice by accident? This error can be suppressed "
                                "by passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' "
                                "prior to 'ray.init()'.")
-        if address not in (None, "local"):
-            raise ValueError(f"address={address!r}: connecting to a Ray cluster is not available yet; "
-                             "call init() without address to use the local runtime")
+        if _use_ray(address, backend):
+            return ray_backend.connect(
+                address if address is not None else os.environ.get("RAY_ADDRESS") or None,
+                ignore_reinit_error, log_to_driver, configure_logging, num_cpus=num_cpus, num_gpus=num_gpus,
+                resources=resources, object_store_memory=object_store_memory, namespace=namespace,
+                runtime_env=runtime_env, logging_level=logging_level, logging_format=logging_format,
+                include_dashboard=include_dashboard, dashboard_host=dashboard_host, dashboard_port=dashboard_port,
+                job_config=job_config, _temp_dir=_temp_dir, _system_config=_system_config, _memory=_memory)
         from raylite.core.zygote import Zygote
         session = f"{os.getpid()}-{os.urandom(4).hex()}"
         zygote = Zygote(session)   # first: its start overlaps everything below
@@ -80,6 +86,21 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
         process.index = 0
         context.set_process(job_id="01000000", node_id=node_id, worker_id=0)
         return _context()
+
+
+def _use_ray(address: str | None, backend: str | None) -> bool:
+    """Which backend: an explicit ``backend``, else Ray when an address is given or in RAY_ADDRESS."""
+    if backend not in (None, "local", "ray"):
+        raise ValueError(f"backend must be 'local' or 'ray', got backend={backend!r}")
+    if backend == "local":
+        if address not in (None, "local"):
+            raise ValueError(f"backend='local' runs on this machine only; it cannot use address={address!r}")
+        return False
+    if backend == "ray":
+        return True
+    if address is None:
+        address = os.environ.get("RAY_ADDRESS") or None
+    return address not in (None, "local")
 
 
 def _accelerator_part(resources: dict | None) -> dict | None:
@@ -108,19 +129,27 @@ def _node_totals(num_cpus, num_gpus, resources, object_store_memory) -> dict[str
     return totals
 
 
-def _context() -> RayContext:
+def _context():
+    if process.ray is not None:
+        return process.ray.context()
     return RayContext(node_ip_address=NODE_IP, session_dir=segments.SHM_DIR, address="local",
                       dashboard_url=None, node_id=context.get_runtime_context().get_node_id())
 
 
 def is_initialized() -> bool:
-    return process.client is not None
+    if process.client is not None:
+        return True
+    if process.ray is not None:
+        return process.ray.is_initialized()
+    return ray_backend.attach()
 
 
 def shutdown(_exiting_interpreter: bool = False) -> None:
     """Stop every worker, free shared memory, and forget all objects."""
     global _node
     with _lock:
+        if process.ray is not None:
+            process.ray.shutdown()
         node, _node = _node, None
         if node is None:
             return
@@ -132,8 +161,11 @@ atexit.register(shutdown)
 
 
 def _require_client():
+    """The local runtime's client, or None while the Ray backend runs."""
     client = process.client
     if client is None:
+        if process.ray is not None or ray_backend.attach():
+            return None
         raise exceptions.RaySystemError("raylite is not initialized: call raylite.init() first")
     return client
 
@@ -159,11 +191,14 @@ def get(object_refs, *, timeout: float | None = None):
     """Values of one ObjectRef or a list of them, raising the task's error if it failed."""
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
         raise ValueError(f"timeout must be a non-negative number or None, got {timeout!r}")
+    client = _require_client()
+    if client is None:
+        return process.ray.get(object_refs, timeout)
     single = isinstance(object_refs, ObjectRef)
     if not single and not isinstance(object_refs, (list, tuple)):
         raise TypeError(f"get() expects an ObjectRef or a list of ObjectRefs, got {type(object_refs).__name__}")
     refs = [object_refs] if single else _check_refs(object_refs, "get()")
-    values = [_value(v) for v in _require_client().get([r.id for r in refs], timeout)]
+    values = [_value(v) for v in client.get([r.id for r in refs], timeout)]
     return values[0] if single else values
 
 
@@ -172,7 +207,7 @@ def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fet
     if isinstance(object_refs, ObjectRef):
         raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef")
     refs = _check_refs(object_refs, "wait()")
-    if len({r.id for r in refs}) != len(refs):
+    if len(set(refs)) != len(refs):
         raise ValueError("wait() got duplicate ObjectRefs")
     if not isinstance(num_returns, int) or not 0 <= num_returns <= len(refs):
         raise ValueError(f"num_returns must be between 0 and the number of refs ({len(refs)}), got {num_returns!r}")
@@ -180,7 +215,10 @@ def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fet
         raise ValueError(f"timeout must be non-negative, got {timeout!r}")
     if not refs:
         return [], []
-    ready_ids = _require_client().wait([r.id for r in refs], num_returns, timeout)
+    client = _require_client()
+    if client is None:
+        return process.ray.wait(refs, num_returns, timeout, fetch_local)
+    ready_ids = client.wait([r.id for r in refs], num_returns, timeout)
     ready = [r for r in refs if r.id in ready_ids][:num_returns]
     taken = {r.id for r in ready}
     return ready, [r for r in refs if r.id not in taken]
@@ -190,7 +228,9 @@ def put(value) -> ObjectRef:
     """Store a value once; large buffers go to shared memory and are mapped by readers."""
     if isinstance(value, ObjectRef):
         raise TypeError("Calling put() on an ObjectRef is not allowed; pass the ref itself instead")
-    client = process.client or (init() and process.client)
+    client = process.client or _require_client_or_init()
+    if client is None:
+        return process.ray.put(value)
     try:
         ser = serialization.dumps(value, client.shm_prefix)
     except Exception as e:
@@ -200,7 +240,15 @@ def put(value) -> ObjectRef:
     return ObjectRef(oid, True)
 
 
+def _require_client_or_init():
+    if process.ray is None and not ray_backend.attach():
+        init()
+    return process.client
+
+
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
+    if _require_client() is None:
+        return process.ray.kill(actor, no_restart)
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
     _require_client().kill(actor._actor_id, no_restart)
@@ -209,29 +257,48 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
-    _require_client().cancel(object_ref.id, force, recursive)
+    client = _require_client()
+    if client is None:
+        return process.ray.cancel(object_ref, force, recursive)
+    client.cancel(object_ref.id, force, recursive)
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
-    actor_id, meta = _require_client().get_actor(name)
+    client = _require_client()
+    if client is None:
+        return process.ray.get_actor(name, namespace)
+    actor_id, meta = client.get_actor(name)
     return ActorHandle(actor_id, meta, False)
 
 
 def cluster_resources() -> dict[str, float]:
-    return _require_client().resources()[0]
+    client = _require_client()
+    return process.ray.cluster_resources() if client is None else client.resources()[0]
 
 
 def available_resources() -> dict[str, float]:
-    return _require_client().resources()[1]
+    client = _require_client()
+    return process.ray.available_resources() if client is None else client.resources()[1]
 
 
 def nodes() -> list[dict]:
+    if _require_client() is None:
+        return process.ray.nodes()
     total = cluster_resources()
     return [{"NodeID": context.get_runtime_context().get_node_id(), "Alive": True,
              "NodeManagerAddress": NODE_IP, "Resources": total}]
 
 
+def get_node_ip_address() -> str:
+    """The address other nodes reach this process's node at (loopback on the local runtime)."""
+    if process.client is None and (process.ray is not None or ray_backend.attach()):
+        return process.ray.get_node_ip_address()
+    return NODE_IP
+
+
 def get_gpu_ids() -> list:
+    if process.client is None and (process.ray is not None or ray_backend.attach()):
+        return process.ray.get_gpu_ids()
     ids = context.get_runtime_context().get_accelerator_ids().get("GPU", [])
     return [int(i) if i.isdigit() else i for i in ids]
 

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import os
 
+from raylite.core import ray_backend
+from raylite.core.objects import process
+
 
 class _Current:
     job_id = "01000000"
@@ -63,4 +66,7 @@ class RuntimeContext:
 
 
 def get_runtime_context() -> RuntimeContext:
+    """raylite's context, or Ray's (same accessors) while the Ray backend runs."""
+    if process.client is None and (process.ray is not None or ray_backend.attach()):
+        return process.ray.get_runtime_context()
     return RuntimeContext()

@@ -16,6 +16,7 @@ class _Process:
     """Which client this process talks through, and how it mints ids."""
 
     client = None          # DriverClient in the driver, WorkerClient in a worker
+    ray = None             # the ray_backend module while raylite runs on Ray (then client is None)
     index = 0              # 0 for the driver; workers get 1, 2, ...
     counter = itertools.count(1)
 
@@ -28,7 +29,21 @@ def next_id() -> int:
     return (process.index << 40) | next(process.counter)
 
 
-class ObjectRef:
+class BackendType(type):
+    """``isinstance(x, raylite.ObjectRef)`` (or ``ActorHandle``) also holds for Ray's own refs and
+    handles while the Ray backend runs, so code written against raylite's names ports as is."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        if type.__instancecheck__(cls, obj):
+            return True
+        if process.ray is None and process.client is None:   # maybe in a Ray worker: attach
+            from raylite.core import ray_backend
+            ray_backend.attach()
+        ray = process.ray
+        return ray is not None and isinstance(obj, ray.counterpart(cls))
+
+
+class ObjectRef(metaclass=BackendType):
     """A handle to a value that is, or will be, in the object table."""
 
     __slots__ = ("id", "_tracked", "__weakref__")

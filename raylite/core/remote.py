@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 import warnings
 
-from raylite.core import serialization
-from raylite.core.objects import ObjectRef, next_id, process
+from raylite.core import ray_backend, serialization
+from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import ArgRef, TaskSpec
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
 
@@ -44,7 +44,9 @@ def _request(options: dict, default_cpus: float) -> dict:
 
 
 def _client():
-    if process.client is None:
+    """The local runtime's client (started with defaults if need be, as Ray does), or None when
+    the Ray backend runs: then ``process.ray`` takes the call."""
+    if process.client is None and process.ray is None and not ray_backend.attach():
         from raylite.core import api
         api.init()
     return process.client
@@ -129,7 +131,9 @@ class RemoteFunction:
         return self._remote(args, kwargs, self._options)
 
     def _remote(self, args, kwargs, options: dict):
-        client = _client()
+        client = process.client or _client()
+        if client is None:
+            return process.ray.submit(self, self._function, args, kwargs, options)
         request = self._request if options is self._options else _request(options, 1.0)
         name = options.get("name") or self._name
         if self._bytes is None:
@@ -192,7 +196,9 @@ class ActorClass:
         return self._remote(args, kwargs, self._options)
 
     def _remote(self, args, kwargs, options: dict) -> ActorHandle:
-        client = _client()
+        client = process.client or _client()
+        if client is None:
+            return process.ray.submit(self, self._cls, args, kwargs, options)
         if (options.get("max_concurrency") or 1) > 1:
             warnings.warn(f"{self._name}: max_concurrency={options['max_concurrency']} is not supported yet; "
                           "raylite runs an actor's calls one at a time, in submission order",
@@ -221,7 +227,7 @@ class ActorClass:
         return ActorHandle(spec.actor_id, self._meta, True)
 
 
-class ActorHandle:
+class ActorHandle(metaclass=BackendType):
     """Calls on an actor: `handle.method.remote(...)`. Picklable, so tasks can use it."""
 
     def __init__(self, actor_id: int, meta: tuple, _tracked: bool = False):

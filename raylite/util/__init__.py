@@ -2,8 +2,11 @@
 
 - ``raylite.util.accelerators``: accelerator type names for ``accelerator_type=``.
 - ``raylite.util.probe_gpu_resources``: pick GPU or CPU resource options at run time.
+- ``raylite.util.get_node_ip_address``: where other nodes reach this one (loopback on the local
+  runtime; the node's IP on a Ray cluster).
 """
+from raylite.core.api import get_node_ip_address
 from raylite.util import accelerators
 from raylite.util.probe import probe_gpu_resources
 
-__all__ = ["accelerators", "probe_gpu_resources"]
+__all__ = ["accelerators", "get_node_ip_address", "probe_gpu_resources"]

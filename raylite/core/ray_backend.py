@@ -1,0 +1,205 @@
+"""The Ray backend: raylite's public API carried out by a real Ray cluster.
+
+Selected by ``init(address=...)``, ``init(backend="ray")`` or ``RAY_ADDRESS``; inside Ray's own
+worker processes raylite attaches to it by itself (``attach``), so a task that calls
+``raylite.get`` or starts a ``Trainer`` uses the cluster it runs on. The API in ``api`` and
+``remote`` asks ``process.ray`` (this module, or None for the local runtime) first; nothing above
+``core`` knows which backend runs it. Ray is imported only here, and only when asked for.
+
+Ray's errors are re-raised as raylite's exception classes of the same name, so code that catches
+``raylite.exceptions.X`` behaves the same on both backends; a task's error stays an instance of
+the user's exception class, with the remote traceback.
+"""
+from __future__ import annotations
+
+import re
+import socket
+import sys
+
+from raylite import exceptions
+from raylite.core.objects import process
+
+INSTALL_HINT = "pip install 'raylite[ray]'"
+_RAY_INIT_KEYS = ("num_cpus", "num_gpus", "resources", "object_store_memory", "namespace", "runtime_env",
+                  "logging_level", "logging_format", "include_dashboard", "dashboard_host", "dashboard_port",
+                  "job_config", "_temp_dir", "_system_config", "_memory")
+
+
+def _ray():
+    return sys.modules["ray"]
+
+
+def connect(address: str | None, ignore_reinit_error: bool, log_to_driver: bool, configure_logging: bool,
+            **kwargs):
+    """``ray.init`` with the arguments that apply; a clear error when Ray is missing or unreachable."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(f"init(address={address!r}) runs raylite on a Ray cluster, which needs Ray "
+                          f"installed: {INSTALL_HINT}") from e
+    options = {k: v for k, v in kwargs.items() if k in _RAY_INIT_KEYS and v is not None}
+    if address:
+        _check_reachable(address)
+    try:
+        info = ray.init(address=address, ignore_reinit_error=ignore_reinit_error, log_to_driver=log_to_driver,
+                        configure_logging=configure_logging, **options)
+    except ConnectionError as e:
+        raise ConnectionError(f"raylite could not connect to a Ray cluster at address={address!r}: {e}. Start "
+                              f"one with `ray start --head`, or pass the address that `ray start` "
+                              f"printed.") from e
+    process.ray = sys.modules[__name__]
+    return info
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, not minutes, when nothing listens at a host:port address (Ray itself
+    retries for minutes). Other forms ("auto", "local") are left to Ray."""
+    target = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConnectionError(f"raylite could not reach a Ray cluster at address={address!r}: {e}. Is the head "
+                              f"node up (`ray start --head` prints its address) and is the port open from "
+                              f"here?") from None
+
+
+def attach() -> bool:
+    """True (and routing through Ray from now on) inside a process Ray has initialised: Ray's
+    workers, or a driver whose user called ``ray.init`` directly."""
+    ray = sys.modules.get("ray")
+    if ray is None or not hasattr(ray, "is_initialized") or not ray.is_initialized():
+        return False
+    process.ray = sys.modules[__name__]
+    return True
+
+
+def context():
+    """What a repeated ``init(ignore_reinit_error=True)`` returns: Ray's own context."""
+    return _ray().init(ignore_reinit_error=True)
+
+
+def shutdown() -> None:
+    process.ray = None
+    _ray().shutdown()
+
+
+def is_initialized() -> bool:
+    return _ray().is_initialized()
+
+
+# ---------------------------------------------------------------------------------------------
+# errors
+# ---------------------------------------------------------------------------------------------
+
+def translate(err: BaseException) -> BaseException:
+    """Ray's exception as raylite's class of the same name (nearest in its MRO)."""
+    ray = _ray()
+    if isinstance(err, ray.exceptions.RayTaskError):
+        # Ray's dual instance (``RayTaskError(ValueError)``) keeps only the cause and its message
+        fields = err.__dict__
+        cause = fields.get("cause")
+        text = fields.get("traceback_str") or str(err)
+        named = re.match(r"ray::([\w.<>]+)", text)
+        name = fields.get("function_name") or (named.group(1) if named else "task")
+        return exceptions.RayTaskError(name, text, cause if isinstance(cause, BaseException) else None,
+                                       fields.get("pid")).as_instanceof_cause()
+    for cls in type(err).__mro__:
+        ours = getattr(exceptions, cls.__name__, None)
+        if isinstance(ours, type) and issubclass(ours, exceptions.RayError):
+            return ours(str(err))
+    return err
+
+
+class _Translated:
+    """``with _Translated():`` re-raises Ray's errors as raylite's."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None and isinstance(exc, _ray().exceptions.RayError):
+            raise translate(exc) from None
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# the API
+# ---------------------------------------------------------------------------------------------
+
+def get(object_refs, timeout):
+    with _Translated():
+        return _ray().get(object_refs, timeout=timeout)
+
+
+def wait(object_refs, num_returns: int, timeout, fetch_local: bool):
+    refs = list(object_refs)
+    with _Translated():
+        ready, _ = _ray().wait(refs, num_returns=num_returns, timeout=timeout, fetch_local=fetch_local)
+    done = set(ready)
+    ready = [r for r in refs if r in done]   # raylite's order: as given
+    return ready, [r for r in refs if r not in done]
+
+
+def put(value):
+    with _Translated():
+        return _ray().put(value)
+
+
+def kill(actor, no_restart: bool) -> None:
+    _ray().kill(actor, no_restart=no_restart)
+
+
+def cancel(object_ref, force: bool, recursive: bool) -> None:
+    _ray().cancel(object_ref, force=force, recursive=recursive)
+
+
+def get_actor(name: str, namespace: str | None):
+    return _ray().get_actor(name, namespace=namespace)
+
+
+def cluster_resources() -> dict:
+    return _ray().cluster_resources()
+
+
+def available_resources() -> dict:
+    return _ray().available_resources()
+
+
+def nodes() -> list[dict]:
+    return _ray().nodes()
+
+
+def get_gpu_ids() -> list:
+    return _ray().get_gpu_ids()
+
+
+def get_runtime_context():
+    return _ray().get_runtime_context()
+
+
+def get_node_ip_address() -> str:
+    return _ray().util.get_node_ip_address()
+
+
+def counterpart(cls: type) -> type:
+    """Ray's class for raylite's ObjectRef / ActorHandle (for isinstance)."""
+    ray = _ray()
+    return ray.ObjectRef if cls.__name__ == "ObjectRef" else ray.actor.ActorHandle
+
+
+def submit(target, wrapped, args: tuple, kwargs: dict, options: dict):
+    """``.remote()`` of a raylite RemoteFunction or ActorClass (``target``, wrapping the function or
+    class ``wrapped``): Ray's remote object with the same options, made once and cached on target."""
+    ray = _ray()
+    remote = target.__dict__.get("_ray_remote")
+    if remote is None:
+        base = target._options
+        remote = ray.remote(**base)(wrapped) if base else ray.remote(wrapped)
+        target._ray_remote = remote
+    if options is not target._options:
+        remote = remote.options(**options)
+    with _Translated():
+        return remote.remote(*args, **kwargs)
