@@ -272,11 +272,12 @@ class Trainer:
     def _attempt(self, train_func, config, recorder: RunRecorder, checkpoint, attempt: int,
                  experiment_name) -> list:
         group, n = self._group, self._scaling.num_workers
-        infos = [SessionInfo(world_rank=r, local_rank=r, world_size=n, local_world_size=n, node_rank=0,
+        infos = [SessionInfo(world_rank=r, local_rank=lay.local_rank, world_size=n,
+                             local_world_size=lay.local_world_size, node_rank=lay.node_rank,
                              run_dir=recorder.run_dir, experiment_name=experiment_name,
                              trial_name=os.path.basename(recorder.run_dir), checkpoint=checkpoint,
                              next_checkpoint_index=recorder.next_index, attempt=attempt, use_gpu=self.use_gpu,
-                             reporter=self._reporter) for r in range(n)]
+                             reporter=self._reporter) for r, lay in enumerate(group.layouts)]
         refs = group.run(train_func, config, infos)
         rank_of = {r: i for i, r in enumerate(refs)}
         results: list = [None] * n

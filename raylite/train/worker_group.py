@@ -5,7 +5,11 @@ Reports: every worker sends each report, fire-and-forget, to one small ``_Report
 (0 CPUs) that only buffers them; the driver drains it while it waits on the workers. Reports and
 checkpoint registrations so survive a worker's death, and the driver never needs a second call
 into a busy worker (actor calls run one at a time). Checkpoint files do not travel through it:
-rank 0 copies them into the run directory itself, since the local backend shares one filesystem.
+rank 0 copies them into the run directory itself, so on a Ray cluster of several machines the run
+directory (``RunConfig.storage_path``) must be on storage every node mounts, as Ray Train asks too.
+
+Ranks: workers on the same node get consecutive ranks (nodes in the order their first worker
+was placed), as Ray Train numbers them; rank 0's node hosts the process group's TCP store.
 """
 from __future__ import annotations
 
@@ -14,11 +18,13 @@ import logging
 import os
 import socket
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 import raylite as ray
 from raylite import exceptions
 from raylite.train import session
+from raylite.util import get_node_ip_address
 
 logger = logging.getLogger("raylite.train")
 
@@ -45,17 +51,20 @@ class _TrainWorker:
     def __init__(self):
         self.rank = None
 
-    def address(self) -> tuple[str, int]:
-        """Where rank 0 will listen for the process group's TCP store: loopback and a free port."""
+    def node(self) -> tuple[str, str, int]:
+        """This worker's node id, the address other nodes reach it at (loopback on the local
+        runtime) and a port free there: if it becomes rank 0, its TCP store listens on them."""
+        ip = get_node_ip_address()
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            return "127.0.0.1", s.getsockname()[1]
+            s.bind((ip, 0))
+            return ray.get_runtime_context().get_node_id(), ip, s.getsockname()[1]
 
-    def setup(self, rank: int, world_size: int, master_addr: str, master_port: int, backend: str | None,
-              timeout_s: float, use_gpu: bool, num_threads: int, init_hook=None) -> dict:
+    def setup(self, rank: int, world_size: int, layout: Layout, master_addr: str, master_port: int,
+              backend: str | None, timeout_s: float, use_gpu: bool, num_threads: int, init_hook=None) -> dict:
         self.rank = rank
-        env = {"RANK": rank, "WORLD_SIZE": world_size, "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": world_size,
-               "NODE_RANK": 0, "MASTER_ADDR": master_addr, "MASTER_PORT": master_port}
+        env = {"RANK": rank, "WORLD_SIZE": world_size, "LOCAL_RANK": layout.local_rank,
+               "LOCAL_WORLD_SIZE": layout.local_world_size, "NODE_RANK": layout.node_rank,
+               "MASTER_ADDR": master_addr, "MASTER_PORT": master_port}
         os.environ.update({k: str(v) for k, v in env.items()})
         if num_threads > 0:   # as Ray does: one intra-op thread per CPU the worker holds
             os.environ["OMP_NUM_THREADS"] = str(num_threads)
@@ -99,6 +108,27 @@ class _TrainWorker:
         return os.getpid()
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Where one rank sits: its node's rank, its rank on that node, and how many share the node."""
+    node_rank: int = 0
+    local_rank: int = 0
+    local_world_size: int = 1
+
+
+def layouts(node_ids: list[str]) -> tuple[list[int], list[Layout]]:
+    """Rank order (indices into node_ids) grouping each node's workers, and each rank's layout."""
+    nodes = list(dict.fromkeys(node_ids))
+    order = sorted(range(len(node_ids)), key=lambda i: nodes.index(node_ids[i]))
+    seen: dict[str, int] = {}
+    out = []
+    for i in order:
+        node = node_ids[i]
+        out.append(Layout(nodes.index(node), seen.get(node, 0), node_ids.count(node)))
+        seen[node] = seen.get(node, 0) + 1
+    return order, out
+
+
 def takes_config(fn) -> bool:
     try:
         params = inspect.signature(fn).parameters.values()
@@ -112,10 +142,10 @@ WorkerActor = ray.remote(_TrainWorker)
 
 
 def is_death(err: BaseException) -> bool:
-    """A worker process died (as opposed to user code raising)."""
+    """A worker process (or its node) died, as opposed to user code raising."""
     if isinstance(err, exceptions.RayTaskError):
         return False
-    return isinstance(err, (exceptions.RayActorError, exceptions.WorkerCrashedError))
+    return isinstance(err, (exceptions.RayActorError, exceptions.WorkerCrashedError, exceptions.NodeDiedError))
 
 
 def wait_all(refs: list, what: str, request: dict | None = None) -> list:
@@ -145,7 +175,8 @@ class WorkerGroup:
         self.use_gpu = use_gpu
         self.backend = backend
         self.timeout_s = timeout_s
-        self.workers: list = []
+        self.workers: list = []          # in rank order once started
+        self.layouts: list[Layout] = []
         self.infos: list[dict] = []
 
     def start(self, init_hook=None) -> list[dict]:
@@ -165,12 +196,17 @@ class WorkerGroup:
             opts["num_gpus"] = self.request["num_gpus"]
         if self.request["resources"]:
             opts["resources"] = self.request["resources"]
-        self.workers = [WorkerActor.options(**opts).remote() for _ in range(self.num_workers)]
+        workers = [WorkerActor.options(**opts).remote() for _ in range(self.num_workers)]
+        self.workers = workers
         what = f"{self.num_workers} raylite.train workers"
-        addr, port = wait_all([self.workers[0].address.remote()], what, self.request)[0]
+        places = wait_all([w.node.remote() for w in workers], what, self.request)
+        order, self.layouts = layouts([node for node, _, _ in places])
+        self.workers = [workers[i] for i in order]
+        _, addr, port = places[order[0]]
         threads = max(1, int(self.request["num_cpus"]))
-        refs = [w.setup.remote(rank, self.num_workers, addr, port, self.backend, self.timeout_s, self.use_gpu,
-                               threads, init_hook) for rank, w in enumerate(self.workers)]
+        refs = [w.setup.remote(rank, self.num_workers, layout, addr, port, self.backend, self.timeout_s,
+                               self.use_gpu, threads, init_hook)
+                for rank, (w, layout) in enumerate(zip(self.workers, self.layouts))]
         self.infos = wait_all(refs, what, self.request)
         gpus = [tuple(i["gpu_ids"]) for i in self.infos]
         if self.use_gpu and self.infos[0]["backend"] == "nccl" and len(set(gpus)) < len(gpus):
