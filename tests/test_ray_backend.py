@@ -1,0 +1,260 @@
+"""The Ray backend (issue 7): raylite programs on a multi-node Ray cluster started on this machine
+with ``ray.cluster_utils.Cluster`` (a head and a second node, each with 1 CPU and 1 logical GPU).
+
+raylite joins it the way a notebook on a Ray cluster does: ``RAY_ADDRESS`` set, a bare ``init()``.
+Remote code is defined inside the tests (shipped by value), as in the core tests.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import raylite
+from raylite import exceptions
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.timeout(300)
+
+
+# ---------------------------------------------------------------------------------------------
+# without a cluster
+# ---------------------------------------------------------------------------------------------
+
+def test_importing_raylite_never_imports_ray():
+    code = ("import sys, raylite, raylite.train, raylite.tune, raylite.plugins, raylite.util\n"
+            "assert 'ray' not in sys.modules, 'ray was imported'\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RAY_ADDRESS", None)
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+def test_backend_choice(monkeypatch):
+    from raylite.core.api import _use_ray
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert not _use_ray(None, None)
+    assert not _use_ray("local", None)
+    assert _use_ray("auto", None)
+    assert _use_ray("ray://head:10001", None)
+    assert _use_ray(None, "ray")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert _use_ray(None, None)
+    assert not _use_ray(None, "local")
+    with pytest.raises(ValueError, match="backend='local'.*address='auto'"):
+        _use_ray("auto", "local")
+    with pytest.raises(ValueError, match="backend='spark'"):
+        _use_ray(None, "spark")
+
+
+def test_missing_ray_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)   # `import ray` raises ImportError
+    with pytest.raises(ImportError, match=r"raylite\[ray\]"):
+        raylite.init(address="auto")
+    assert not raylite.is_initialized()
+
+
+def test_unreachable_address_fails_fast():
+    pytest.importorskip("ray")
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match="127.0.0.1:9"):
+        raylite.init(address="127.0.0.1:9")
+    assert time.monotonic() - t0 < 30
+    assert not raylite.is_initialized()
+
+
+# ---------------------------------------------------------------------------------------------
+# on a two-node Ray cluster
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster():
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+    if raylite.is_initialized():
+        raylite.shutdown()
+    saved = {k: os.environ.get(k) for k in ("RAY_ADDRESS", "PYTHONPATH")}
+    # Ray's nodes (and so their workers) inherit this: workers import raylite and, for by-reference
+    # pickles, the tests' modules, as the driver does.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(TESTS), saved["PYTHONPATH"]]))
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "num_gpus": 1, "resources": {"head": 1},
+                                                       "include_dashboard": False})
+    try:
+        c.add_node(num_cpus=1, num_gpus=1, resources={"second": 1})
+        c.wait_for_nodes()
+        os.environ["RAY_ADDRESS"] = c.address
+        raylite.init()   # a bare init() joins RAY_ADDRESS, as in the Databricks notebook flow
+        yield c
+    finally:
+        raylite.shutdown()
+        c.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _snippets(ray) -> dict:
+    """Ray Core's doc snippets; returns what they print, backend-independent."""
+    import numpy as np
+
+    @ray.remote
+    def square(x):
+        return x * x
+
+    @ray.remote
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def inc(self):
+            self.n += 1
+            return self.n
+
+    @ray.remote
+    def total(a):
+        return float(a.sum())
+
+    @ray.remote
+    def fan_out(n):
+        return sum(ray.get([square.remote(i) for i in range(n)]))
+
+    @ray.remote
+    def bump(counter):
+        return ray.get(counter.inc.remote())
+
+    @ray.remote
+    def fail():
+        raise ValueError("bad input 42")
+
+    @ray.remote(num_gpus=1)
+    def gpu_task():
+        ids = ray.get_gpu_ids()
+        return len(ids), os.environ.get("CUDA_VISIBLE_DEVICES") == ",".join(str(i) for i in ids)
+
+    @ray.remote(num_gpus=0.5)
+    def half_gpu():
+        return len(ray.get_gpu_ids())
+
+    out = {"squares": ray.get([square.remote(i) for i in range(4)])}
+    counter = Counter.remote()
+    out["counter"] = [ray.get(counter.inc.remote()) for _ in range(3)]
+    out["handle_in_task"] = ray.get(bump.remote(counter))
+    ref = ray.put(np.arange(1_000_000, dtype=np.float64))
+    out["put_is_ref"] = isinstance(ref, ray.ObjectRef)
+    out["handle_is_handle"] = isinstance(counter, ray.ActorHandle)
+    out["sum_by_ref"] = ray.get(total.remote(ref))
+    out["nested"] = ray.get(fan_out.remote(5))
+    refs = [square.remote(i) for i in (3, 1, 2)]
+    ready, not_ready = ray.wait(refs, num_returns=3, timeout=60)
+    out["wait"] = (ray.get(ready), len(not_ready))
+    try:
+        ray.get(fail.remote())
+    except ValueError as e:
+        out["error"] = (type(e).__name__, isinstance(e, ray.exceptions.RayTaskError), "bad input 42" in str(e))
+    out["gpu"] = ray.get(gpu_task.remote())
+    out["half_gpu"] = ray.get([half_gpu.remote() for _ in range(2)])
+    ray.kill(counter)
+    try:
+        ray.get(counter.inc.remote())
+    except ray.exceptions.RayActorError as e:
+        out["killed"] = type(e).__name__
+    return out
+
+
+def test_seed_snippets_give_the_same_answers_on_both_backends(cluster):
+    on_ray = _snippets(raylite)
+    raylite.shutdown()
+    try:
+        raylite.init(backend="local", num_cpus=2, num_gpus=2)
+        local = _snippets(raylite)
+    finally:
+        raylite.shutdown()
+        raylite.init()   # back on the cluster for the other tests
+    assert on_ray == local
+    assert on_ray["squares"] == [0, 1, 4, 9] and on_ray["error"] == ("RayTaskError(ValueError)", True, True)
+    assert on_ray["killed"] == "ActorDiedError"
+
+
+def test_cluster_is_visible_through_raylite(cluster):
+    assert raylite.is_initialized()
+    assert len([n for n in raylite.nodes() if n["Alive"]]) == 2
+    assert raylite.cluster_resources()["GPU"] == 2
+
+    @raylite.remote(resources={"second": 1})
+    def where():
+        ctx = raylite.get_runtime_context()
+        return ctx.get_node_id(), ctx.get_assigned_resources()
+
+    node, assigned = raylite.get(where.remote())
+    assert node != raylite.get_runtime_context().get_node_id()   # the driver is on the head node
+    assert assigned.get("second") == 1
+
+
+def test_trainer_places_one_worker_per_node_with_a_working_all_reduce(cluster):
+    pytest.importorskip("torch")
+    from raylite.train import Trainer
+
+    def train_func():
+        import torch
+        import torch.distributed as dist
+        from raylite import train
+        t = torch.tensor([float(train.world_rank() + 1)])
+        dist.all_reduce(t)
+        ctx = train.get_context()
+        return (raylite.get_runtime_context().get_node_id(), ctx.get_world_rank(), ctx.get_local_rank(),
+                ctx.get_node_rank(), ctx.get_local_world_size(), os.environ["MASTER_ADDR"], t.item())
+
+    with Trainer(num_workers=2, resources_per_worker={"CPU": 1}) as trainer:
+        out = trainer.run(train_func)
+    nodes = {o[0] for o in out}
+    assert len(nodes) == 2                                   # 1 CPU per node: one worker each
+    assert [o[1] for o in out] == [0, 1]
+    assert [(o[2], o[3], o[4]) for o in out] == [(0, 0, 1), (0, 1, 1)]   # local rank, node rank, per node
+    assert all(o[6] == 3.0 for o in out)                     # 1 + 2 summed across the nodes
+    assert out[0][5] == out[1][5] != "127.0.0.1"            # rank 0's node IP, not loopback
+
+
+def test_tune_spreads_trials_over_nodes(cluster, tmp_path):
+    from raylite import tune
+
+    def trainable(config):
+        time.sleep(1.0)
+        tune.report({"score": config["x"], "node": raylite.get_runtime_context().get_node_id()})
+
+    analysis = tune.run(trainable, config={"x": tune.grid_search([1, 2, 3, 4])}, resources_per_trial={"cpu": 1},
+                        metric="score", mode="max", storage_path=str(tmp_path), name="spread", verbose=0)
+    assert sorted(t.last_result["score"] for t in analysis.trials) == [1, 2, 3, 4]
+    assert len({t.last_result["node"] for t in analysis.trials}) == 2
+    assert analysis.best_config == {"x": 4}
+
+
+def test_node_removed_mid_run_fails_its_task_typed_and_retries_elsewhere(cluster):
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    doomed = cluster.add_node(num_cpus=2, resources={"doomed": 1})
+    cluster.wait_for_nodes()
+
+    @raylite.remote
+    def node_id():
+        return raylite.get_runtime_context().get_node_id()
+
+    @raylite.remote
+    def slow(seconds):
+        time.sleep(seconds)
+        return raylite.get_runtime_context().get_node_id()
+
+    doomed_id = raylite.get(node_id.options(resources={"doomed": 1}).remote())
+    pinned = slow.options(resources={"doomed": 1}, max_retries=0).remote(60)
+    soft = NodeAffinitySchedulingStrategy(doomed_id, soft=True)
+    retried = slow.options(scheduling_strategy=soft, max_retries=1).remote(3)
+    time.sleep(2.0)   # both running on the doomed node
+    cluster.remove_node(doomed)
+    with pytest.raises(exceptions.NodeDiedError, match="node"):
+        raylite.get(pinned, timeout=120)
+    assert raylite.get(retried, timeout=120) != doomed_id    # Ray re-ran it on a live node
