@@ -270,6 +270,29 @@ def test_trial_runs_nested_raylite_tasks(ray2, tmp_path):
     assert sorted(t.last_result["sum"] for t in a.trials) == [14, 114]
 
 
+def test_trial_submitted_ahead_waits_for_a_slot_while_trials_block(ray2, tmp_path):
+    """The next trial is submitted before a slot frees (the node starts it when a trial ends). A
+    running trial blocked in get gives its CPU back, so the node may start that next trial early:
+    it must still wait for a trial to end before its body runs (never three at once on 2 CPUs)."""
+    def trainable(config):
+        import time
+        start = time.time()
+
+        @ray.remote(num_cpus=1)
+        def square(x):
+            time.sleep(0.05)
+            return x * x
+
+        total = sum(ray.get([square.remote(i) for i in range(3)]))
+        time.sleep(0.1)
+        tune.report({"start": start, "end": time.time(), "sum": total})
+
+    a = tune.run(trainable, num_samples=5, resources_per_trial={"cpu": 1}, storage_path=str(tmp_path), verbose=0)
+    assert len(a.trials) == 5 and all(t.status == "TERMINATED" for t in a.trials)
+    assert all(t.last_result["sum"] == 5 for t in a.trials)
+    assert max_overlap(windows_of(a)) == 2
+
+
 def test_with_parameters_callbacks_and_trial_context(ray2, tmp_path):
     events = []
 

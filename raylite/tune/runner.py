@@ -12,8 +12,12 @@
   `ray.cluster_resources()` and `max_concurrent_trials` allows. A random search keeps one trial per
   slot asked for and on disk as PENDING (its note says what it waits for, in numbers); an adaptive
   searcher asks only when a slot is free and every ended trial is told.
-- The loop only blocks in `ray.wait`, and launches replacements before any bookkeeping; file writes
-  go to the storage's I/O thread, the SQLite copy of the study to a writer actor (storage.py).
+- With every slot taken, a random search also submits the next trial ahead, gated on the running
+  ones (`_prequeue`): the node starts it the moment one of them ends, without waiting for this loop.
+- The loop only blocks in `ray.wait`, and launches replacements before any bookkeeping (and asks
+  Optuna for the next configs only after that launch went out: the node thread that dispatches it
+  shares this process's GIL); file writes go to the storage's I/O thread, the SQLite copy of the
+  study to a writer actor (storage.py), each finished trial as soon as it is told.
 """
 from __future__ import annotations
 
@@ -42,6 +46,8 @@ from raylite.tune.trial import ERROR, PENDING, RUNNING, TERMINATED, Trial
 
 STOP_GRACE_S = float(os.environ.get("RAYLITE_TUNE_STOP_GRACE_S", "2.0"))
 DRAIN_MIN_S, DRAIN_MAX_S = 0.02, 0.2
+QUEUE_AHEAD = True   # submit the next trial before a slot frees (see _prequeue)
+YIELD_S = 0.002      # how long the loop lets the node thread run when a queued trial takes a slot
 
 _trial_task = ray.remote(session.run_trial)
 _HubActor = ray.remote(num_cpus=0)(session.Hub)
@@ -80,6 +86,7 @@ class TrialRunner:
         self.by_id: dict[str, Trial] = {}
         self.pending: deque[Trial] = deque()
         self.running: dict = {}            # ref -> trial
+        self.queued: Trial | None = None   # submitted ahead, starts when a running trial ends (_prequeue)
         self.finishing: list[Trial] = []   # ended; finalized once a drain issued after that returns
         self.drain_ref, self.drain_covers = None, []
         self.result_batch: dict[str, list] = {}   # trial dir -> results of this drain, written together
@@ -119,6 +126,10 @@ class TrialRunner:
         if self.max_concurrent:
             limits.append(self.max_concurrent)
         self.slots = min(limits) if limits else 1   # how many trials can run at once
+        # Submit the next trial ahead only where the resources are what limits concurrency (so the
+        # node holds it back) and its config cannot depend on the trials still running.
+        self.may_queue = (bool(self.req_units) and not self.searcher.needs_metric
+                          and (not self.max_concurrent or self.max_concurrent >= self.slots) and QUEUE_AHEAD)
         custom = {k: v for k, v in self.resources.items() if k not in ("CPU", "GPU")}
         self.task = _trial_task.options(num_cpus=self.resources.get("CPU", 0), num_gpus=self.resources.get("GPU", 0),
                                         resources=custom or None, max_retries=0)
@@ -132,7 +143,7 @@ class TrialRunner:
         direction = "maximize" if self.mode == "max" else "minimize"
         self.study = optuna.create_study(sampler=self.searcher.sampler, pruner=self.scheduler.make_pruner(),
                                          direction=direction, study_name=self.name)
-        self.mirror = StudyMirror(st.study_url, self.name, direction)
+        self.mirror = StudyMirror(st.study_url, self.name, direction)   # its writer starts with a trial
         meta = st.load_meta() if existing else {}
         self.exp_tag = meta.get("exp_tag") or os.urandom(3).hex()[:5]
         self.meta = {"name": self.name, "trainable": self.trainable_name, "exp_tag": self.exp_tag,
@@ -195,6 +206,10 @@ class TrialRunner:
             trainable = self.trainable._put() if isinstance(self.trainable, session.with_parameters) else self.trainable
             self.trainable_ref = ray.put(trainable)
             self.hub = _HubActor.remote()
+            # what every trial gets alike, stored once: each launch then pickles only its own fields
+            self.static_ref = ray.put({"hub": self.hub, "resources": dict(self.resources), "stop_at": self.stop_at,
+                                       "may_stop": self.may_stop,
+                                       "checkpoint_dir_arg": session.wants_checkpoint_dir(self.trainable)})
             self.started_at = time.monotonic()
             self._loop()
         except BaseException:
@@ -224,6 +239,13 @@ class TrialRunner:
             ready, _ = ray.wait(refs, num_returns=1, timeout=self._timeout())
             if ready and len(refs) > 1:
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            ended = [ref for ref in ready if ref is not self.drain_ref]
+            if (self.queued is not None and len(ended) == 1
+                    and time.monotonic() - self.running[ended[0]].launched_at > 25 * YIELD_S):
+                # One trial ended and the node is starting the queued one in its place: give the
+                # node thread the GIL (its dispatch, the trial's gate) before this loop's bookkeeping
+                # (not after short trials, where the loop's own pace is what counts).
+                time.sleep(YIELD_S)
             drained = False
             for ref in ready:
                 if ref is self.drain_ref:
@@ -232,7 +254,8 @@ class TrialRunner:
                 trial = self.running.pop(ref)
                 self._release(trial)
                 self.finishing.append(trial)
-            if len(ready) > drained:
+            refilled = len(ready) > drained
+            if refilled:
                 self._refill()
             if drained:
                 self._drain(ray.get(self.drain_ref))
@@ -240,9 +263,14 @@ class TrialRunner:
                 for trial in self.drain_covers:   # every result it sent before ending is processed
                     self.finishing.remove(trial)
                     self._finalize(trial, trial.outcome)
-            self.mirror.maybe_send()
+            self.mirror.send()
             self._enforce(time.monotonic())
-            self._precreate()
+            if not refilled:
+                # Not right after a launch: the node thread (in this process) is dispatching it and
+                # needs the GIL; Optuna's ask and the trial's files would delay its start by ~1 ms.
+                self._precreate()
+                if self._prequeue():
+                    self._precreate()
             self.reporter.maybe_status(self)
 
     def _refill(self) -> None:
@@ -261,6 +289,22 @@ class TrialRunner:
             return
         while len(self.pending) < max(1, self.slots) and self._can_create():
             self._create_trial()
+
+    def _prequeue(self) -> bool:
+        """With every slot taken, submit the next trial ahead, gated on the running trials: the node
+        starts it the moment one of them ends and frees its resources, with no round trip through
+        this loop. It waits (in `run_trial`, on `ray.wait` of that gate, which gives its CPU back)
+        if the node frees a CPU otherwise, e.g. a trial blocked in `get`. A trial that restarts
+        from a checkpoint, or one the running trials' results could change, is launched as usual."""
+        if (not self.may_queue or self.queued is not None or self.stopping or not self.running
+                or not self.pending or self._fits()):
+            return False
+        trial = self.pending[0]
+        if trial.attempt or trial.restored or trial.num_failures:
+            return False
+        self.pending.popleft()
+        self._launch(trial, gate=list(self.running))
+        return True
 
     def _timeout(self) -> float:
         now = time.monotonic()
@@ -300,6 +344,10 @@ class TrialRunner:
 
     def _launch_ready(self) -> None:
         while self._fits() and not self.stopping:
+            if self.queued is not None:   # a running trial ended: the node has already started it
+                trial, self.queued = self.queued, None
+                self._started(trial)
+                continue
             if not self.pending:
                 if not self._can_create() or not self._may_ask():
                     return
@@ -311,22 +359,32 @@ class TrialRunner:
         the same configs (a seeded TPE run repeats), and no ask misses a result it could have had."""
         return not (self.searcher.needs_metric and self.finishing)
 
-    def _launch(self, trial: Trial) -> None:
+    def _launch(self, trial: Trial, gate: list | None = None) -> None:
         trial.attempt += 1
         ckpt = None
         if trial.attempt > 1 or trial.restored:   # a retried or resumed trial restarts from its checkpoint
             self.storage.flush()
             ckpt = session.latest_checkpoint(trial.path)
             self._rewind(trial, ckpt)
-        info = {"trial_id": trial.trial_id, "trial_dir": trial.path, "hub": self.hub, "attempt": trial.attempt,
-                "checkpoint": ckpt.path if ckpt else None, "resources": dict(self.resources),
-                "stop_at": self.stop_at, "may_stop": self.may_stop}
-        ref = self.task.remote(self.trainable_ref, trial.config, info)
-        self.running[ref] = trial
+        info = {"trial_id": trial.trial_id, "trial_dir": trial.path, "attempt": trial.attempt,
+                "checkpoint": ckpt.path if ckpt else None}
+        if gate:
+            info["gate"] = gate
+        trial.ref = self.task.remote(self.trainable_ref, trial.config, info, self.static_ref)
+        trial.stop_requested_at, trial.cancel_stage, trial.stop_reason = None, 0, None
+        if gate:
+            self.queued = trial
+        else:
+            self._started(trial)
+
+    def _started(self, trial: Trial, callbacks: bool = True) -> None:
+        """The trial holds its resources from now on (launched, or its gate opened)."""
+        self.running[trial.ref] = trial
         for k, v in self.req_units.items():
             self.held[k] = self.held.get(k, 0) + v
-        trial.ref, trial.launched, trial.launched_at = ref, True, time.monotonic()
-        trial.stop_requested_at, trial.cancel_stage, trial.stop_reason = None, 0, None
+        trial.launched, trial.launched_at = True, time.monotonic()
+        if not callbacks:
+            return
         if trial.start_time is None:
             trial.start_time = time.time()
         for cb in self.callbacks:
@@ -363,6 +421,7 @@ class TrialRunner:
             if trial is None or attempt != trial.attempt:
                 continue
             if kind == "start":
+                self.mirror.start()   # not before: its start-up (a second of CPU) would delay the first trials'
                 if not trial.is_finished:
                     trial.status = RUNNING
                 trial.runtime = payload
@@ -423,6 +482,12 @@ class TrialRunner:
         self.stopping = why
         for trial in self.running.values():
             self._request_stop(trial, why)
+        if self.queued is not None:   # withdrawn: cancelled while it waits, discarded if it never began
+            trial, self.queued = self.queued, None
+            ray.cancel(trial.ref)
+            trial.withdrawn = True
+            self._started(trial, callbacks=False)
+            self._request_stop(trial, why)
         for trial in [t for t in self.pending if t.attempt == 0 and not t.restored and not t.num_failures]:
             self._discard(trial)   # asked for but never started: not a trial of this experiment after all
         if self.new_stops:
@@ -430,7 +495,8 @@ class TrialRunner:
             self.new_stops = []
 
     def _discard(self, trial: Trial) -> None:
-        self.pending.remove(trial)
+        if trial in self.pending:
+            self.pending.remove(trial)
         self.trials.remove(trial)
         del self.by_id[trial.trial_id]
         self.study.tell(trial.optuna_trial, state=TrialState.FAIL)
@@ -453,6 +519,14 @@ class TrialRunner:
     def _finalize(self, trial: Trial, outcome) -> None:
         kind, value = outcome
         trial.launched, trial.ref, trial.outcome = False, None, None
+        if trial.withdrawn:
+            trial.withdrawn = False
+            if trial.status == PENDING:   # submitted ahead, withdrawn before it began
+                self.storage.flush()
+                return self._discard(trial)
+            trial.start_time = trial.start_time or time.time()   # it had begun: a trial stopped at once
+            for cb in self.callbacks:
+                cb.on_trial_start(iteration=self.iteration, trials=self.trials, trial=trial)
         self.storage.close_results(trial.path)
         if kind == "ok" or trial.stop_reason is not None:
             trial.status = TERMINATED
@@ -498,6 +572,11 @@ class TrialRunner:
 
     # ------------------------------------------------------------------ end
     def _cleanup(self, outcome: str) -> None:
+        if self.queued is not None:
+            try:
+                ray.cancel(self.queued.ref, force=True)
+            except Exception:  # noqa: BLE001
+                pass
         for ref in list(self.running):
             try:
                 ray.cancel(ref, force=True)

@@ -151,6 +151,8 @@ class _Session:
         self.pid = os.getpid()
         self.may_stop = info.get("may_stop", True)   # False: nothing in the driver can stop this trial
         self.stop_at = info.get("stop_at") or {}   # {metric: bound}: `stop=` dict and the scheduler's max_t
+        # Reports that do not wait for the stop decision return no ref: one message, nothing to free.
+        self.post = self.hub.report.options(num_returns=0)
 
 
 _session: _Session | None = None
@@ -186,7 +188,10 @@ def report(metrics: dict | None = None, *, checkpoint=None, **kwargs) -> None:
         result["checkpoint_dir_name"] = f"checkpoint_{s.iteration:06d}"
         meta = {"training_iteration": s.iteration, "time_total_s": result["time_total_s"], "result": result}
         s.checkpoint = persist_checkpoint(_as_checkpoint(checkpoint), s.trial_dir, s.iteration, meta)
-    ref = s.hub.report.remote(s.trial_id, s.attempt, result)
+    if block:
+        ref = s.hub.report.remote(s.trial_id, s.attempt, result)
+    else:
+        s.post.remote(s.trial_id, s.attempt, result)
     for key, bound in s.stop_at.items():   # checked here too, so the trial stops at exactly this result
         v = result.get(key)
         if isinstance(v, (int, float)) and v >= bound:
@@ -215,15 +220,22 @@ def get_trial_resources() -> dict:
     return dict(_current().resources)
 
 
-def run_trial(trainable, config: dict, info: dict) -> dict:
-    """The task body: run the function trainable with a session installed."""
+def run_trial(trainable, config: dict, info: dict, shared: dict | None = None) -> dict:
+    """The task body: run the function trainable with a session installed. `info` is the trial's
+    own (id, directory, attempt, checkpoint; a gate if it was submitted ahead), `shared` what every
+    trial of the experiment gets alike (hub, resources, stop thresholds)."""
     global _session
+    if shared:
+        info = {**shared, **info}
+    if info.get("gate"):   # submitted ahead: begin once one of the trials it replaces has ended
+        ray.wait(info["gate"], num_returns=1)
     _session = s = _Session(info)
-    s.hub.started.remote(s.trial_id, s.attempt, os.getpid(),
-                         ray.get_runtime_context().get_accelerator_ids())
+    s.hub.started.options(num_returns=0).remote(s.trial_id, s.attempt, os.getpid(),
+                                                ray.get_runtime_context().get_accelerator_ids())
+    wants_dir = info["checkpoint_dir_arg"] if "checkpoint_dir_arg" in info else wants_checkpoint_dir(trainable)
     stopped = False
     try:
-        if _wants_checkpoint_dir(trainable):
+        if wants_dir:
             out = trainable(config, checkpoint_dir=s.checkpoint.path if s.checkpoint else None)
         else:
             out = trainable(config)
@@ -238,7 +250,7 @@ def run_trial(trainable, config: dict, info: dict) -> dict:
     return {"iterations": s.iteration, "stopped": stopped}
 
 
-def _wants_checkpoint_dir(fn) -> bool:
+def wants_checkpoint_dir(fn) -> bool:
     try:
         return "checkpoint_dir" in inspect.signature(fn).parameters
     except (TypeError, ValueError):

@@ -20,8 +20,10 @@ ORM round trips, ~13 queries per trial), which would put seconds on the path bet
 ending and the next starting, and delay every pruning decision. The driver runs the study in
 Optuna's in-memory storage (sampler and pruner decisions in ~1 ms), and a writer actor (its own
 process, so it never holds the driver's GIL) copies each finished trial into study.db with Optuna's
-own `Study.add_trial`. `tune.run` returns once the writer has caught up. On resume the in-memory
-study is rebuilt from the trial.json records, and study.db gets any trial it missed.
+own `Study.add_trial`, as soon as the driver has told it (one transaction per trial, so a killed
+writer leaves no half trial). `tune.run` returns once the writer has caught up, which is then a
+matter of the last few trials. On resume the in-memory study is rebuilt from the trial.json
+records, and study.db gets any trial it missed.
 """
 from __future__ import annotations
 
@@ -30,7 +32,6 @@ import json
 import os
 import queue
 import threading
-import time
 import warnings
 
 from raylite.tune.trial import Trial
@@ -336,30 +337,36 @@ class StudyMirror:
     """The driver's side of StudyWriter: batches finished trials, one actor call per batch."""
 
     def __init__(self, url: str, study_name: str, direction: str):
-        import raylite as ray
-        self.url = url
-        self.actor = ray.remote(num_cpus=0)(StudyWriter).remote(url, study_name, direction)
-        self.actor.add.remote([])   # import Optuna and open the database while the first trials run
+        self.url, self.study_name, self.direction = url, study_name, direction
+        self.actor = None
         self.batch: list = []
-        self.last_send = time.monotonic()
+
+    def start(self) -> None:
+        """Start the writer (the runner does once a first trial has begun: the writer's Optuna import
+        and database setup take a second of CPU) and have it open the database while trials run."""
+        if self.actor is None:
+            import raylite as ray
+            from raylite.util import get_node_ip_address
+            here = {f"node:{get_node_ip_address()}": 0.001}   # the driver's node: the file is there
+            self.actor = ray.remote(num_cpus=0, resources=here)(StudyWriter).remote(self.url, self.study_name,
+                                                                                    self.direction)
+            self.actor.add.remote([])
 
     def add(self, frozen_trial) -> None:
         self.batch.append(frozen_trial)
 
     def send(self) -> None:
+        """Each finished trial goes to the writer as soon as the driver has it (one message per
+        loop iteration), so it keeps up while trials run and `close` waits for the last few only.
+        What a killed driver had not sent is re-added from trial.json on resume."""
         if self.batch:
+            self.start()
             self.actor.add.remote(self.batch)
             self.batch = []
-        self.last_send = time.monotonic()
-
-    def maybe_send(self, every_s: float = 1.0) -> None:
-        """Batches of up to a second: one message instead of one per trial (a batch lost with a
-        killed driver is re-added from trial.json on resume)."""
-        if self.batch and (len(self.batch) >= 50 or time.monotonic() - self.last_send >= every_s):
-            self.send()
 
     def close(self, timeout: float = 120.0) -> None:
         import raylite as ray
+        self.start()
         self.send()
         try:
             errors = ray.get(self.actor.flush.remote(), timeout=timeout)

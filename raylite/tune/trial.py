@@ -70,6 +70,7 @@ class Trial:
         self.launched_at = 0.0
         self.outcome = None
         self.restored = False
+        self.withdrawn = False   # submitted ahead, then the experiment stopped before it was promoted
 
     # ------------------------------------------------------------------ results
     def add_result(self, result: dict) -> None:
