@@ -144,6 +144,7 @@ def wait(object_refs, num_returns: int, timeout, fetch_local: bool):
 
 
 def put(value):
+    _share_by_value()
     with _Translated():
         return _ray().put(value)
 
@@ -201,5 +202,16 @@ def submit(target, wrapped, args: tuple, kwargs: dict, options: dict):
         target._ray_remote = remote
     if options is not target._options:
         remote = remote.options(**options)
+    _share_by_value()
     with _Translated():
         return remote.remote(*args, **kwargs)
+
+
+def _share_by_value() -> None:
+    """Modules registered with ``cloudpickle.register_pickle_by_value`` (a notebook's helpers, an
+    example shipping its own code) travel by value on Ray too: Ray pickles with its own copy of
+    cloudpickle, which keeps its own registry."""
+    ours = getattr(sys.modules.get("cloudpickle.cloudpickle"), "_PICKLE_BY_VALUE_MODULES", None)
+    theirs = getattr(sys.modules.get("ray.cloudpickle.cloudpickle"), "_PICKLE_BY_VALUE_MODULES", None)
+    if ours and theirs is not None and not ours <= theirs:
+        theirs.update(ours)

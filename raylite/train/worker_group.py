@@ -8,23 +8,21 @@ into a busy worker (actor calls run one at a time). Checkpoint files do not trav
 rank 0 copies them into the run directory itself, so on a Ray cluster of several machines the run
 directory (``RunConfig.storage_path``) must be on storage every node mounts, as Ray Train asks too.
 
-Ranks: workers on the same node get consecutive ranks (nodes in the order their first worker
-was placed), as Ray Train numbers them; rank 0's node hosts the process group's TCP store.
+Ranks and the rendezvous follow ``raylite.util.placement``: one node's workers get consecutive
+ranks, and rank 0's node hosts the process group's TCP store.
 """
 from __future__ import annotations
 
 import inspect
 import logging
 import os
-import socket
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 
 import raylite as ray
 from raylite import exceptions
 from raylite.train import session
-from raylite.util import get_node_ip_address
+from raylite.util.placement import Layout, layouts, node_address
 
 logger = logging.getLogger("raylite.train")
 
@@ -52,20 +50,15 @@ class _TrainWorker:
         self.rank = None
 
     def node(self) -> tuple[str, str, int]:
-        """This worker's node id, the address other nodes reach it at (loopback on the local
-        runtime) and a port free there: if it becomes rank 0, its TCP store listens on them."""
-        ip = get_node_ip_address()
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((ip, 0))
-            return ray.get_runtime_context().get_node_id(), ip, s.getsockname()[1]
+        """Node id, IP and a free port there: if this worker becomes rank 0, its TCP store's."""
+        return node_address()
 
     def setup(self, rank: int, world_size: int, layout: Layout, master_addr: str, master_port: int,
               backend: str | None, timeout_s: float, use_gpu: bool, num_threads: int, init_hook=None) -> dict:
         self.rank = rank
-        env = {"RANK": rank, "WORLD_SIZE": world_size, "LOCAL_RANK": layout.local_rank,
-               "LOCAL_WORLD_SIZE": layout.local_world_size, "NODE_RANK": layout.node_rank,
-               "MASTER_ADDR": master_addr, "MASTER_PORT": master_port}
+        env = {"RANK": rank, "WORLD_SIZE": world_size, "MASTER_ADDR": master_addr, "MASTER_PORT": master_port}
         os.environ.update({k: str(v) for k, v in env.items()})
+        os.environ.update(layout.env())
         if num_threads > 0:   # as Ray does: one intra-op thread per CPU the worker holds
             os.environ["OMP_NUM_THREADS"] = str(num_threads)
         import torch
@@ -106,27 +99,6 @@ class _TrainWorker:
 
     def pid(self) -> int:
         return os.getpid()
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where one rank sits: its node's rank, its rank on that node, and how many share the node."""
-    node_rank: int = 0
-    local_rank: int = 0
-    local_world_size: int = 1
-
-
-def layouts(node_ids: list[str]) -> tuple[list[int], list[Layout]]:
-    """Rank order (indices into node_ids) grouping each node's workers, and each rank's layout."""
-    nodes = list(dict.fromkeys(node_ids))
-    order = sorted(range(len(node_ids)), key=lambda i: nodes.index(node_ids[i]))
-    seen: dict[str, int] = {}
-    out = []
-    for i in order:
-        node = node_ids[i]
-        out.append(Layout(nodes.index(node), seen.get(node, 0), node_ids.count(node)))
-        seen[node] = seen.get(node, 0) + 1
-    return order, out
 
 
 def takes_config(fn) -> bool:
