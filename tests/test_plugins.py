@@ -7,6 +7,7 @@ runs are a few steps. Classes defined here travel to the workers by value, as fr
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -215,6 +216,64 @@ def test_error_in_one_rank_raises_its_type_and_recovers(runtime, tmp_path):
     trainer = _trainer(RayStrategy(num_workers=2), tmp_path, max_steps=2)
     trainer.fit(Net(), _loader())
     assert trainer.state.finished
+
+
+class TerminatedOnRank1(Net):
+    """Rank 1 gets a SIGTERM mid-fit, as from a scheduler: every rank has to stop, none may hang."""
+
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and self.trainer.global_step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().training_step(batch, batch_idx)
+
+
+class FastPathProbe(pl.Callback):
+    """Whether rank 0 ran with the same-host fast path (its state comes back to the driver)."""
+
+    def __init__(self):
+        self.local = None
+
+    def on_train_start(self, trainer, pl_module):
+        self.local = trainer.strategy._raylite_local is not None
+
+    def state_dict(self):
+        return {"local": self.local}
+
+    def load_state_dict(self, state_dict):
+        self.local = state_dict["local"]
+
+
+def test_sigterm_to_one_rank_stops_every_rank(runtime, tmp_path):
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+    from raylite.plugins import RayStrategy
+
+    trainer = _trainer(RayStrategy(num_workers=2), tmp_path, max_steps=10_000)
+    t0 = time.perf_counter()
+    with pytest.raises(SIGTERMException):
+        trainer.fit(TerminatedOnRank1(), _loader())
+    assert time.perf_counter() - t0 < 30
+    trainer = _trainer(RayStrategy(num_workers=2), tmp_path, max_steps=2)
+    trainer.fit(Net(), _loader())
+    assert trainer.state.finished
+
+
+def test_same_host_fast_path_matches_gloo(runtime, tmp_path, monkeypatch):
+    from raylite.plugins import RayStrategy
+
+    weights, losses = {}, {}
+    for flag in ("1", "0"):   # shared-memory allreduce + SIGTERM check, then gloo's
+        monkeypatch.setenv("RAYLITE_LIGHTNING_FASTPATH", flag)
+        torch.manual_seed(0)
+        model, probe = Wide(), FastPathProbe()
+        trainer = _trainer(RayStrategy(num_workers=2), tmp_path, max_steps=10, callbacks=[probe])
+        trainer.fit(model, _loader())
+        assert probe.local is (flag == "1")
+        weights[flag] = {k: v.clone() for k, v in model.state_dict().items()}
+        losses[flag] = trainer.callback_metrics["train_loss"].item()
+    for key, value in weights["1"].items():
+        assert torch.equal(value, weights["0"][key]), key   # same sums, same order: bit for bit
+    assert losses["1"] == losses["0"]
 
 
 def test_tune_callbacks_relay_rank0_reports(runtime, tmp_path, monkeypatch):

@@ -12,6 +12,11 @@ place with one clear message. What we rely on:
 * ``strategies.launchers.launcher._Launcher``: the launcher interface (``launch``, ``kill``,
   ``is_interactive_compatible``). It is private, so when it is missing the launcher is
   duck-typed instead; Lightning only calls those three members.
+* for the same-host fast path (``raylite.plugins._fastpath``), two private members of Lightning
+  >= 2.5's SIGTERM handling: ``trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor`` and
+  ``trainer._signal_connector._sigterm_notifier_fn`` (replaced per trainer instance), and
+  ``utilities.exceptions.SIGTERMException``. Where any is missing the fast path leaves Lightning's
+  SIGTERM handling alone.
 
 Flavour: ``pytorch_lightning`` (2.x) if importable, else ``lightning.pytorch`` (2.x). Set
 ``RAYLITE_LIGHTNING=lightning.pytorch`` (or ``pytorch_lightning``) to choose explicitly; when only
@@ -55,6 +60,11 @@ FSDPStrategy = _sub("strategies").FSDPStrategy
 Callback = _sub("callbacks").Callback
 TrainerFn = _sub("trainer.states").TrainerFn
 rank_zero_only = _sub("utilities.rank_zero").rank_zero_only
+
+try:   # Lightning >= 2.5: raised on every rank when a SIGTERM stops a distributed fit
+    SIGTERMException = _sub("utilities.exceptions").SIGTERMException
+except (ImportError, AttributeError):
+    SIGTERMException = None
 
 try:
     LauncherBase = _sub("strategies.launchers.launcher")._Launcher

@@ -62,7 +62,7 @@ class _Worker:
         strategy, trainer, function, args, kwargs = payload
         rank = spec["rank"]
         strategy._raylite_assign(rank=rank, world_size=spec["world_size"], address=spec["address"],
-                                 port=spec["port"])
+                                 port=spec["port"], trainer=trainer)
         _session = _WorkerSession(rank, spec["world_size"], spec["mailbox"])
         try:
             results = function(*args, **kwargs)

@@ -3,15 +3,21 @@ processes are raylite actors.
 
 The Lightning surface is two overrides per strategy class: ``_configure_launcher`` (our launcher
 instead of Lightning's subprocess launcher) and ``root_device`` (each worker's own device). The
-rest is Lightning's own DDP / FSDP code running unchanged in every worker.
+rest is Lightning's own DDP / FSDP code running unchanged in every worker, except for the
+same-host fast path of a CPU fit (``raylite.plugins._fastpath``: ``setup_environment``,
+``configure_ddp`` and ``teardown``): the per-step SIGTERM check and DDP's gradient allreduce go
+through shared memory instead of gloo. ``RAYLITE_LIGHTNING_FASTPATH=0`` turns it off.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import warnings
 
 import torch
 
-from raylite.plugins._compat import DDPStrategy, FSDPStrategy
+from raylite.plugins import _fastpath
+from raylite.plugins._compat import PL_NAME, DDPStrategy, FSDPStrategy, SIGTERMException, TrainerFn
 from raylite.plugins.environment import _LaunchedEnvironment
 from raylite.plugins.launcher import RayLauncher
 
@@ -44,6 +50,9 @@ class _RayWorkers:
         self.init_hook = init_hook
         self._raylite_worker = False
         self._raylite_last: dict = {}
+        self._raylite_trainer = None
+        self._raylite_local = None   # the same-host fast path's LocalGroup, in a worker during fit
+        self._raylite_fastpath = _fastpath.wanted()
         # One entry per worker (Lightning counts processes from it); every worker's own device is
         # device 0 of what raylite made visible to it, see root_device.
         device = torch.device("cuda", 0) if self.use_gpu else torch.device("cpu")
@@ -57,11 +66,75 @@ class _RayWorkers:
             options["resources"] = dict(self.resources_per_worker)
         return options
 
-    def _raylite_assign(self, *, rank: int, world_size: int, address: str, port: int) -> None:
+    def _raylite_assign(self, *, rank: int, world_size: int, address: str, port: int, trainer=None) -> None:
         """In a worker, before Lightning runs: who this process is."""
         self._raylite_worker = True
+        self._raylite_trainer = trainer
         self.cluster_environment.assign(rank=rank, world_size=world_size, local_rank=rank,
                                         local_world_size=world_size, address=address, port=port)
+
+    def setup_environment(self) -> None:
+        super().setup_environment()   # the process group is up after this
+        self._raylite_connect_local()
+
+    def _raylite_connect_local(self) -> None:
+        """In a worker fitting on CPU: the same-host fast path (see ``raylite.plugins._fastpath``)
+        for the per-step SIGTERM check and, in RayStrategy, the gradient allreduce. The same
+        decision on every rank (``LocalGroup.connect`` is a collective)."""
+        self._raylite_local = None
+        trainer = self._raylite_trainer
+        if not (self._raylite_worker and self._raylite_fastpath and trainer is not None
+                and self.world_size > 1 and self.root_device.type == "cpu"
+                and trainer.state.fn == TrainerFn.FITTING and torch.distributed.is_initialized()):
+            return
+        connector = getattr(trainer, "_signal_connector", None)
+        epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        if (SIGTERMException is None or not hasattr(connector, "_sigterm_notifier_fn")
+                or not hasattr(epoch_loop, "_broadcast_sigterm_tensor")):
+            return   # a Lightning without the per-step SIGTERM broadcast (or a changed one)
+        timeout = getattr(self, "_timeout", None)
+        local = _fastpath.LocalGroup.connect(timeout.total_seconds() if timeout is not None else 1800.0)
+        if local is None:
+            return
+        self._raylite_local = local
+        log = logging.getLogger(f"{PL_NAME}.trainer.connectors.signal_connector")
+        rank = self.global_rank
+
+        def sigterm_check() -> None:
+            # Lightning: rank 0 broadcasts whether it got a SIGTERM, every rank stops if so. Here:
+            # rank 0 publishes the same decision (a SIGTERM to any rank counts) in shared memory.
+            if local.sigterm_check(connector.received_sigterm):
+                connector.received_sigterm = True
+                with contextlib.suppress(Exception):
+                    torch.distributed.barrier()
+                raise SIGTERMException()
+
+        def sigterm_notifier(signum, frame) -> None:
+            # Lightning's handler broadcasts from inside the signal handler (a collective that can
+            # deadlock when it interrupts one); here it only raises the group's flag.
+            log.info(f"[rank: {rank}] Received SIGTERM: {signum}")
+            local.note_sigterm()
+
+        epoch_loop._broadcast_sigterm_tensor = sigterm_check
+        connector._sigterm_notifier_fn = sigterm_notifier   # registered later in Trainer._run
+
+    def _raylite_disconnect_local(self) -> None:
+        local, self._raylite_local = self._raylite_local, None
+        trainer, self._raylite_trainer = self._raylite_trainer, None
+        if local is None:
+            return
+        epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        connector = getattr(trainer, "_signal_connector", None)
+        for owner, name in ((epoch_loop, "_broadcast_sigterm_tensor"), (connector, "_sigterm_notifier_fn")):
+            if owner is not None and name in vars(owner):
+                delattr(owner, name)
+        local.close()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            self._raylite_disconnect_local()
 
     def _raylite_root_device(self) -> torch.device:
         if not self.use_gpu:
@@ -97,6 +170,13 @@ class RayStrategy(_RayWorkers, DDPStrategy):
 
     Workers stay up after a call, so a second ``fit`` (even from a new Trainer with an equal
     RayStrategy) skips their start; see ``raylite.plugins.release_workers``.
+
+    On CPU the workers average gradients through shared memory (a DDP communication hook; the
+    sums are taken in rank order, so every rank gets the same bits) and Lightning's per-step
+    "SIGTERM received?" broadcast is a shared-memory flag: a SIGTERM to any worker stops every
+    rank at the same step with Lightning's ``SIGTERMException``. Buckets over 1 MiB, a
+    ``ddp_comm_hook`` of your own, or ``RAYLITE_LIGHTNING_FASTPATH=0`` (set in the driver) keep
+    gloo for gradients.
     """
 
     strategy_name = "raylite_ddp"
@@ -116,6 +196,16 @@ class RayStrategy(_RayWorkers, DDPStrategy):
         if self.root_device.type == "cpu":
             return None
         return [self.root_device.index]
+
+    def configure_ddp(self) -> None:
+        super().configure_ddp()
+        # Lightning registers communication hooks on CUDA only; on CPU with the same-host fast
+        # path, gradients are averaged through shared memory unless the user chose a hook.
+        local = self._raylite_local
+        if (local is not None and self._ddp_comm_hook is None and self._ddp_comm_state is None
+                and self._model_averaging_period is None
+                and isinstance(self.model, torch.nn.parallel.DistributedDataParallel)):
+            self.model.register_comm_hook(local, _fastpath.allreduce_hook)
 
 
 class RayShardedStrategy(_RayWorkers, FSDPStrategy):
