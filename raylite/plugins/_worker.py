@@ -11,6 +11,7 @@ import random
 import sys
 
 import raylite as ray
+from raylite.util.placement import node_address
 
 FORWARDED_ENV_PREFIXES = ("PL_", "TORCH_", "NCCL_", "GLOO_", "CUBLAS_", "CUDA_LAUNCH_BLOCKING")
 
@@ -46,8 +47,9 @@ class _Worker:
     def __init__(self, init_hook=None):
         self.init_hook = init_hook
 
-    def ready(self) -> int:
-        return os.getpid()
+    def ready(self) -> tuple[str, str, int]:
+        """Node id, IP and a free port there (the rendezvous, if this actor becomes rank 0)."""
+        return node_address()
 
     def warm(self) -> int:
         from raylite.plugins import _compat  # noqa: F401 - torch + Lightning
@@ -61,8 +63,8 @@ class _Worker:
         _apply_spec(spec)
         strategy, trainer, function, args, kwargs = payload
         rank = spec["rank"]
-        strategy._raylite_assign(rank=rank, world_size=spec["world_size"], address=spec["address"],
-                                 port=spec["port"], trainer=trainer)
+        strategy._raylite_assign(rank=rank, world_size=spec["world_size"], layout=spec["layout"],
+                                 address=spec["address"], port=spec["port"], trainer=trainer)
         _session = _WorkerSession(rank, spec["world_size"], spec["mailbox"])
         try:
             results = function(*args, **kwargs)
@@ -76,9 +78,8 @@ def _apply_spec(spec: dict) -> None:
         if key.startswith("PL_"):   # e.g. PL_GLOBAL_SEED from a previous seed_everything
             del os.environ[key]
     os.environ.update(spec["env"])
-    os.environ.update({"RANK": str(spec["rank"]), "LOCAL_RANK": str(spec["rank"]), "NODE_RANK": "0",
-                       "WORLD_SIZE": str(spec["world_size"]), "LOCAL_WORLD_SIZE": str(spec["world_size"]),
-                       "MASTER_ADDR": spec["address"], "MASTER_PORT": str(spec["port"])})
+    os.environ.update({"RANK": str(spec["rank"]), "WORLD_SIZE": str(spec["world_size"]),
+                       "MASTER_ADDR": spec["address"], "MASTER_PORT": str(spec["port"]), **spec["layout"].env()})
     try:
         os.chdir(spec["cwd"])
     except OSError:

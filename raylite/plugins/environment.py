@@ -170,10 +170,10 @@ class _LaunchedEnvironment(RayEnvironment):
         self._num_workers = num_workers
         self._assigned: dict | None = None
 
-    def assign(self, *, rank: int, world_size: int, local_rank: int, local_world_size: int,
+    def assign(self, *, rank: int, world_size: int, local_rank: int, local_world_size: int, node_rank: int,
                address: str, port: int) -> None:
         self._assigned = dict(rank=rank, world_size=world_size, local_rank=local_rank,
-                              local_world_size=local_world_size, address=address, port=port)
+                              local_world_size=local_world_size, node_rank=node_rank, address=address, port=port)
         rank_zero_only.rank = rank
 
     def _get(self, key: str, default):
@@ -212,7 +212,7 @@ class _LaunchedEnvironment(RayEnvironment):
         return self._get("local_world_size", self._num_workers)
 
     def node_rank(self) -> int:
-        return 0
+        return self._get("node_rank", 0)
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         pass

@@ -32,6 +32,7 @@ import time
 import warnings
 
 import raylite as ray
+from raylite.util.placement import layouts
 from raylite.plugins._worker import (FORWARDED_ENV_PREFIXES, _capture_global_state, _Mailbox,  # noqa: F401
                                      _Worker, callback_key, worker_session)
 
@@ -54,14 +55,13 @@ def _nested() -> bool:
 
 
 class _Group:
-    """N worker actors with one rendezvous port; rank i is always actor i."""
+    """N worker actors with one rendezvous port on rank 0's node; once started, rank i is always
+    actor i (ordered so that one node's actors have consecutive ranks: ``raylite.util.placement``)."""
 
     def __init__(self, key: tuple, num_workers: int, options: dict, init_hook):
-        from raylite.plugins.environment import free_port
         self.key = key
         self.runtime = _runtime_id()
-        self.address = "127.0.0.1"
-        self.port = free_port(self.address)
+        self.address, self.port, self.layouts = None, None, []
         cls = ray.remote(_Worker)
         self.actors = [cls.options(**options).remote(init_hook) for _ in range(num_workers)]
         self.placed = [a.ready.remote() for a in self.actors]    # answered as soon as placed,
@@ -90,6 +90,10 @@ class _Group:
                     f"If other tasks or actors hold those resources, this waits until they are freed: pass fewer "
                     f"num_workers / num_cpus_per_worker, or ray.init(num_cpus=...) with more.",
                     RuntimeWarning, stacklevel=4)
+        places = ray.get(placed)
+        order, self.layouts = layouts([node for node, _, _ in places])
+        self.actors = [self.actors[i] for i in order]
+        _, self.address, self.port = places[order[0]]
         ray.get(self.warming)   # a failed start (init_hook raised) surfaces here
         self.started = True
 
@@ -225,14 +229,16 @@ class RayLauncher(_launcher_base()):
                 mailbox = ray.remote(_Mailbox).options(num_cpus=0).remote()
             payload = ray.put((strategy, trainer, function, args, kwargs))
             spec = {
-                "world_size": num_workers, "address": group.address, "port": group.port,
+                "world_size": num_workers,
                 "env": {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)},
                 "cwd": os.getcwd(), "sys_path": list(sys.path),
                 "threads": max(1, int(options.get("num_cpus") or 1)),
                 "global_state": _capture_global_state(), "mailbox": mailbox,
             }
             group.wait_started()
-            refs = [actor.run.remote(payload, {**spec, "rank": rank}) for rank, actor in enumerate(group.actors)]
+            spec.update(address=group.address, port=group.port)
+            refs = [actor.run.remote(payload, {**spec, "rank": rank, "layout": layout})
+                    for rank, (actor, layout) in enumerate(zip(group.actors, group.layouts))]
             del payload
             outputs = self._wait(refs, mailbox)
             healthy = True

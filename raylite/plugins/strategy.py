@@ -66,12 +66,15 @@ class _RayWorkers:
             options["resources"] = dict(self.resources_per_worker)
         return options
 
-    def _raylite_assign(self, *, rank: int, world_size: int, address: str, port: int, trainer=None) -> None:
-        """In a worker, before Lightning runs: who this process is."""
+    def _raylite_assign(self, *, rank: int, world_size: int, layout, address: str, port: int,
+                        trainer=None) -> None:
+        """In a worker, before Lightning runs: who this process is (``layout``: where it sits among
+        the nodes, a ``raylite.util.placement.Layout``)."""
         self._raylite_worker = True
         self._raylite_trainer = trainer
-        self.cluster_environment.assign(rank=rank, world_size=world_size, local_rank=rank,
-                                        local_world_size=world_size, address=address, port=port)
+        self.cluster_environment.assign(rank=rank, world_size=world_size, local_rank=layout.local_rank,
+                                        local_world_size=layout.local_world_size, node_rank=layout.node_rank,
+                                        address=address, port=port)
 
     def setup_environment(self) -> None:
         super().setup_environment()   # the process group is up after this
