@@ -36,7 +36,8 @@ def connect(address: str | None, ignore_reinit_error: bool, log_to_driver: bool,
         import ray
     except ImportError as e:
         raise ImportError(f"init(address={address!r}) runs raylite on a Ray cluster, which needs Ray "
-                          f"installed: {INSTALL_HINT}") from e
+                          f"installed: {INSTALL_HINT} (or, for the local runtime, init(backend='local') "
+                          f"or unset RAY_ADDRESS)") from e
     options = {k: v for k, v in kwargs.items() if k in _RAY_INIT_KEYS and v is not None}
     if address:
         _check_reachable(address)
