@@ -233,6 +233,9 @@ def test_tune_spreads_trials_over_nodes(cluster, tmp_path):
     assert sorted(t.last_result["score"] for t in analysis.trials) == [1, 2, 3, 4]
     assert len({t.last_result["node"] for t in analysis.trials}) == 2
     assert analysis.best_config == {"x": 4}
+    # 2 CPUs in all, but no node has 2: an error before any trial starts, not a trial stuck PENDING
+    with pytest.raises(ValueError, match="none of the 2 nodes has it all"):
+        tune.run(trainable, resources_per_trial={"cpu": 2}, storage_path=str(tmp_path), name="too-big", verbose=0)
 
 
 def test_node_removed_mid_run_fails_its_task_typed_and_retries_elsewhere(cluster):

@@ -113,16 +113,24 @@ class TrialRunner:
         return name
 
     def _check_feasible(self) -> None:
+        """A trial must fit on one node (a Ray cluster's nodes each count; the local runtime is one):
+        otherwise it is an error before any trial starts. Concurrency: what fits on every node."""
         total = ray.cluster_resources()
         self.total_units = {k: units(v) for k, v in total.items()}
         self.req_units = {k: units(v) for k, v in self.resources.items() if v}
-        short = [f"{k}: asks {v:g}, this machine has {total.get(k, 0):g}" for k, v in self.resources.items()
-                 if units(v) > self.total_units.get(k, 0)]
-        if short:
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive", True)] or [total]
+        per_node = [min((units(node.get(k, 0)) // v for k, v in self.req_units.items()), default=1)
+                    for node in nodes]
+        if not any(per_node):
+            biggest = max(nodes, key=lambda n: sum(units(n.get(k, 0)) >= v for k, v in self.req_units.items()))
+            where = ("this machine has" if len(nodes) == 1
+                     else f"none of the {len(nodes)} nodes has it all; the closest has")
+            short = [f"{k}: asks {v:g}, {where} {biggest.get(k, 0):g}" for k, v in self.resources.items()
+                     if units(v) > units(biggest.get(k, 0))]
             raise ValueError(f"resources_per_trial={resources_str(self.resources)} can never be satisfied "
                              f"({'; '.join(short)}; see ray.cluster_resources()). Ask for less, or start "
                              f"raylite with more (ray.init(num_cpus=..., num_gpus=..., resources={{...}})).")
-        limits = [self.total_units.get(k, 0) // v for k, v in self.req_units.items()]
+        limits = [sum(per_node)] if self.req_units else []
         if self.max_concurrent:
             limits.append(self.max_concurrent)
         self.slots = min(limits) if limits else 1   # how many trials can run at once
