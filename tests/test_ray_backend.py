@@ -68,6 +68,26 @@ def test_unreachable_address_fails_fast():
     assert not raylite.is_initialized()
 
 
+def test_gpu_workers_find_their_assigned_device():
+    """What train and RayStrategy use to pick a GPU worker's device: the runtime's assignment,
+    looked up in CUDA_VISIBLE_DEVICES (Ray may leave that variable listing every GPU)."""
+    raylite.init(backend="local", num_cpus=2, num_gpus=2)
+    try:
+        @raylite.remote(num_gpus=1)
+        def index():
+            from raylite.util.placement import assigned_cuda_index
+            gpu = raylite.get_gpu_ids()[0]
+            isolated = assigned_cuda_index()
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"   # as with RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES
+            return gpu, isolated, assigned_cuda_index()
+
+        out = raylite.get([index.remote() for _ in range(2)])
+    finally:
+        raylite.shutdown()
+    assert sorted(o[0] for o in out) == [0, 1]
+    assert all(isolated == 0 and shared == gpu for gpu, isolated, shared in out)
+
+
 # ---------------------------------------------------------------------------------------------
 # on a two-node Ray cluster
 # ---------------------------------------------------------------------------------------------

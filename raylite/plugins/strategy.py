@@ -142,9 +142,12 @@ class _RayWorkers:
     def _raylite_root_device(self) -> torch.device:
         if not self.use_gpu:
             return torch.device("cpu")
-        # raylite gives each GPU worker its own device(s) through the visible-devices variable,
-        # so inside a worker its first assigned GPU is device 0. In the driver: device 0 as well.
-        return torch.device("cuda", 0)
+        # In a worker: the GPU the runtime assigned it (device 0 of what it made visible, on both
+        # backends by default). In the driver: device 0.
+        if not self._raylite_worker:
+            return torch.device("cuda", 0)
+        from raylite.util.placement import assigned_cuda_index
+        return torch.device("cuda", assigned_cuda_index())
 
     def _configure_launcher(self) -> None:
         self._launcher = RayLauncher(self)

@@ -45,3 +45,17 @@ def layouts(node_ids: list[str]) -> tuple[list[int], list[Layout]]:
         out.append(Layout(nodes.index(node), seen.get(node, 0), node_ids.count(node)))
         seen[node] = seen.get(node, 0) + 1
     return order, out
+
+
+def assigned_cuda_index() -> int:
+    """Run in a GPU worker: the index, among the devices CUDA sees, of the first GPU the runtime
+    assigned it. Both backends normally make the assigned GPUs the only visible ones (so 0), but
+    Ray can be told to leave CUDA_VISIBLE_DEVICES alone; then the assigned id is looked up in it."""
+    import os
+    ids = [str(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if not ids:
+        return 0
+    if not visible:          # everything visible: CUDA's index is the physical id
+        return int(ids[0]) if ids[0].isdigit() else 0
+    return visible.index(ids[0]) if ids[0] in visible else 0
