@@ -187,6 +187,18 @@ def test_ray_train_1x_save_and_load_checkpoint(trainer):
     assert trainer.latest_checkpoint.to_dict()["epoch"] == 1
 
 
+def test_init_with_preload_names_torch_for_this_init_only(monkeypatch):
+    seen = []
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.append((os.environ.get("RAYLITE_PRELOAD"), kw)))
+    monkeypatch.setenv("RAYLITE_PRELOAD", "numpy, torch")
+    train.init_with_preload(num_cpus=3)
+    assert seen == [("numpy,torch,torch._dynamo", {"num_cpus": 3})]
+    assert os.environ["RAYLITE_PRELOAD"] == "numpy, torch"     # restored
+    monkeypatch.delenv("RAYLITE_PRELOAD")
+    train.init_with_preload()
+    assert seen[-1][0] == "torch,torch._dynamo" and "RAYLITE_PRELOAD" not in os.environ
+
+
 def test_context_outside_a_run():
     assert (train.world_rank(), train.local_rank(), train.world_size()) == (0, 0, 1)
     ctx = train.get_context()

@@ -35,19 +35,31 @@ def test_prepare_model_and_data_loader_with_two_workers(runtime, tmp_path):
         for xb, idx in loader:
             devices.add(str(xb.device))
             seen.extend(idx.tolist())
+        torch.manual_seed(0)
+        reference = torch.nn.Linear(1, 1)   # the same steps without DDP, on every rank's data
         model = train_torch.prepare_model(torch.nn.Linear(1, 1))
+        model.module.load_state_dict(reference.state_dict())
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
         x = torch.full((4, 1), float(train.world_rank() + 1))   # different data on each rank
-        opt.zero_grad()
-        model(x).pow(2).sum().backward()
-        opt.step()
+        for _ in range(3):   # bucket-view gradients: set to None by zero_grad, views again next step
+            opt.zero_grad()
+            model(x).pow(2).sum().backward()
+            opt.step()
+            ref_opt.zero_grad()
+            sum(reference(torch.full((4, 1), float(r + 1))).pow(2).sum()
+                for r in range(train.world_size())).div(train.world_size()).backward()
+            ref_opt.step()
+        matches_reference = all(torch.allclose(p, q) for p, q in zip(model.parameters(), reference.parameters()))
         flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         gathered = [torch.zeros_like(flat) for _ in range(train.world_size())]
         dist.all_gather(gathered, flat)
         return {"seen": seen, "devices": sorted(devices), "len": len(loader),
                 "sampler": type(loader.sampler).__name__, "is_dist_sampler": isinstance(loader.sampler,
                                                                                       DistributedSampler),
-                "ddp": type(model).__name__, "params_equal": all(torch.equal(g, gathered[0]) for g in gathered),
+                "ddp": type(model).__name__, "bucket_view": model.gradient_as_bucket_view,
+                "matches_reference": matches_reference,
+                "params_equal": all(torch.equal(g, gathered[0]) for g in gathered),
                 "device": str(train_torch.get_device())}
 
     with Trainer(num_workers=2, logdir=tmp_path) as trainer:
@@ -61,6 +73,8 @@ def test_prepare_model_and_data_loader_with_two_workers(runtime, tmp_path):
         assert o["is_dist_sampler"] and o["len"] == 3
         assert o["devices"] == ["cpu"] and o["device"] == "cpu"
         assert o["ddp"] == "DistributedDataParallel"
+        assert o["bucket_view"] is True                         # prepare_model's default
+        assert o["matches_reference"]                           # averaged gradients, step after step
         assert o["params_equal"]                                # DDP averaged the gradients
 
 

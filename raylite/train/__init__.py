@@ -13,6 +13,11 @@
     result = train.torch.TorchTrainer(train_func, train_loop_config={...},
                                       scaling_config=train.ScalingConfig(num_workers=2)).fit()
 
+Start-up: each worker of a fresh group imports torch (and, with several workers, torch._dynamo,
+which DistributedDataParallel needs): seconds of CPU per worker. ``train.init_with_preload(**kw)``
+is ``ray.init(**kw)`` with raylite's zygote importing both once (``RAYLITE_PRELOAD``), so workers
+start with them already imported.
+
 Workers are raylite actors; only the public raylite API is used here. ``raylite.train.torch``
 (prepare_model, prepare_data_loader, get_device) imports torch; this package itself does not.
 """
@@ -25,6 +30,29 @@ from raylite.train.session import (TrainContext, get_checkpoint, get_context, lo
 from raylite.train.trainer import Trainer, TorchTrainer, TrainingFailedError
 
 
+PRELOAD_MODULES = ("torch", "torch._dynamo")   # what a worker imports in setup (see worker_group)
+
+
+def init_with_preload(**init_kwargs):
+    """``ray.init(**init_kwargs)`` with the runtime's zygote importing torch and torch._dynamo once
+    (``RAYLITE_PRELOAD``, only for this ``init``; names already there are kept), so the workers of
+    every group start with them. Call it early: the zygote imports while the driver goes on; the
+    first group started before it has finished waits for it (not for longer than importing itself)."""
+    import os
+
+    import raylite as ray
+    prev = os.environ.get("RAYLITE_PRELOAD")
+    names = [n.strip() for n in (prev or "").split(",") if n.strip()]
+    os.environ["RAYLITE_PRELOAD"] = ",".join(names + [m for m in PRELOAD_MODULES if m not in names])
+    try:
+        return ray.init(**init_kwargs)
+    finally:
+        if prev is None:
+            os.environ.pop("RAYLITE_PRELOAD", None)
+        else:
+            os.environ["RAYLITE_PRELOAD"] = prev
+
+
 def __getattr__(name):   # `train.torch` without importing torch up front
     if name == "torch":
         import importlib
@@ -34,5 +62,5 @@ def __getattr__(name):   # `train.torch` without importing torch up front
 
 __all__ = ["Checkpoint", "CheckpointConfig", "CheckpointStrategy", "FailureConfig", "Result", "RunConfig",
            "ScalingConfig", "TorchConfig", "TorchTrainer", "TrainContext", "Trainer", "TrainingFailedError",
-           "get_checkpoint", "get_context", "load_checkpoint", "local_rank", "report", "save_checkpoint",
-           "world_rank", "world_size"]
+           "get_checkpoint", "get_context", "init_with_preload", "load_checkpoint", "local_rank", "report",
+           "save_checkpoint", "world_rank", "world_size"]

@@ -36,7 +36,12 @@ def get_devices() -> list[torch.device]:
 def prepare_model(model: torch.nn.Module, move_to_device: bool | torch.device = True,
                   parallel_strategy: str | None = "ddp", parallel_strategy_kwargs: dict | None = None):
     """Move ``model`` to the worker's device and, with more than one worker, wrap it in
-    DistributedDataParallel (``parallel_strategy="ddp"``; None leaves it unwrapped)."""
+    DistributedDataParallel (``parallel_strategy="ddp"``; None leaves it unwrapped).
+
+    ``parallel_strategy_kwargs`` go to DDP as given; unless they say otherwise,
+    ``gradient_as_bucket_view=True``: gradients live in DDP's allreduce buckets instead of being
+    copied back out of them after every allreduce (a copy of all gradients per step, and as much
+    memory). Code that calls ``detach_()`` on a gradient needs ``gradient_as_bucket_view=False``."""
     if parallel_strategy not in ("ddp", None):
         raise ValueError(f"parallel_strategy must be 'ddp' or None, got {parallel_strategy!r}")
     device = move_to_device if isinstance(move_to_device, torch.device) else get_device()
@@ -47,6 +52,7 @@ def prepare_model(model: torch.nn.Module, move_to_device: bool | torch.device = 
             raise RuntimeError("prepare_model: torch.distributed is not initialized; call it inside a "
                                "raylite.train worker (Trainer.run / TorchTrainer.fit)")
         kwargs = dict(parallel_strategy_kwargs or {})
+        kwargs.setdefault("gradient_as_bucket_view", True)
         if device.type == "cuda":
             kwargs.setdefault("device_ids", [device.index if device.index is not None else 0])
             kwargs.setdefault("output_device", kwargs["device_ids"][0])

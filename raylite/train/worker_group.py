@@ -22,7 +22,7 @@ from datetime import timedelta
 import raylite as ray
 from raylite import exceptions
 from raylite.train import session
-from raylite.util.placement import Layout, layouts, node_address
+from raylite.util.placement import Layout, assigned_cuda_index, layouts, node_address
 
 logger = logging.getLogger("raylite.train")
 
@@ -73,12 +73,16 @@ class _TrainWorker:
                     f"use_gpu=True but CUDA is not usable in worker rank {rank} "
                     f"(CUDA_VISIBLE_DEVICES={visible!r}, torch {torch.__version__}, "
                     f"torch.cuda.is_available() is False). Pass use_gpu='auto' to fall back to CPU workers.")
-            torch.cuda.set_device(0)   # the runtime made the assigned GPU the only visible one
-            device = "cuda:0"
+            index = assigned_cuda_index()   # 0 where the runtime made the assigned GPU the only one visible
+            torch.cuda.set_device(index)
+            device = f"cuda:{index}"
         backend = backend or ("nccl" if use_gpu else "gloo")
         # DistributedDataParallel imports torch._dynamo on first use (~3 s): pay it here, while the
-        # other workers start too, rather than in the first run of a warm group.
-        import torch._dynamo  # noqa: F401
+        # other workers start too, rather than in the first run of a warm group. A single worker is
+        # never wrapped in DDP by prepare_model, so it does not need it. (Preloaded with
+        # raylite.train.init_with_preload, it is already imported: the zygote did it once.)
+        if world_size > 1:
+            import torch._dynamo  # noqa: F401
         if dist.is_initialized():
             dist.destroy_process_group()
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
