@@ -145,11 +145,12 @@ def is_initialized() -> bool:
 
 
 def shutdown(_exiting_interpreter: bool = False) -> None:
-    """Stop every worker, free shared memory, and forget all objects."""
+    """Stop every worker, free shared memory, and forget all objects (on the Ray backend:
+    disconnect from the cluster)."""
     global _node
     with _lock:
         if process.ray is not None:
-            process.ray.shutdown()
+            process.ray.shutdown(_exiting_interpreter)
         node, _node = _node, None
         if node is None:
             return
@@ -157,7 +158,7 @@ def shutdown(_exiting_interpreter: bool = False) -> None:
         node.shutdown()
 
 
-atexit.register(shutdown)
+atexit.register(shutdown, _exiting_interpreter=True)
 
 
 def _require_client():

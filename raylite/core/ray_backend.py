@@ -48,7 +48,8 @@ def connect(address: str | None, ignore_reinit_error: bool, log_to_driver: bool,
         raise ConnectionError(f"raylite could not connect to a Ray cluster at address={address!r}: {e}. Start "
                               f"one with `ray start --head`, or pass the address that `ray start` "
                               f"printed.") from e
-    process.ray = sys.modules[__name__]
+    global _connected
+    process.ray, _connected = sys.modules[__name__], True
     return info
 
 
@@ -82,9 +83,17 @@ def context():
     return _ray().init(ignore_reinit_error=True)
 
 
-def shutdown() -> None:
+_connected = False   # whether raylite's init made this process's Ray connection
+
+
+def shutdown(exiting_interpreter: bool = False) -> None:
+    """Stop routing through Ray, and disconnect; at interpreter exit only a connection raylite
+    made itself (a Ray worker that raylite attached to is Ray's to tear down)."""
+    global _connected
     process.ray = None
-    _ray().shutdown()
+    if _connected or not exiting_interpreter:
+        _ray().shutdown()
+    _connected = False
 
 
 def is_initialized() -> bool:
