@@ -52,6 +52,14 @@ def test_backend_choice(monkeypatch):
         _use_ray(None, "spark")
 
 
+def test_bad_input_is_named_before_any_backend_is_asked():
+    assert not raylite.is_initialized()
+    with pytest.raises(TypeError, match="got int"):
+        raylite.get(123)
+    with pytest.raises(TypeError, match="expects ObjectRefs, got str"):
+        raylite.wait(["not a ref"])
+
+
 def test_missing_ray_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)   # `import ray` raises ImportError
     with pytest.raises(ImportError, match=r"raylite\[ray\]"):

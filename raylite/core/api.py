@@ -192,13 +192,13 @@ def get(object_refs, *, timeout: float | None = None):
     """Values of one ObjectRef or a list of them, raising the task's error if it failed."""
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
         raise ValueError(f"timeout must be a non-negative number or None, got {timeout!r}")
-    client = _require_client()
-    if client is None:
-        return process.ray.get(object_refs, timeout)
     single = isinstance(object_refs, ObjectRef)
     if not single and not isinstance(object_refs, (list, tuple)):
         raise TypeError(f"get() expects an ObjectRef or a list of ObjectRefs, got {type(object_refs).__name__}")
     refs = [object_refs] if single else _check_refs(object_refs, "get()")
+    client = _require_client()
+    if client is None:
+        return process.ray.get(object_refs, timeout)
     values = [_value(v) for v in client.get([r.id for r in refs], timeout)]
     return values[0] if single else values
 
