@@ -8,7 +8,8 @@ Run from the repository root:
     python bench/train_scaling.py --no-preload-startup   # skip the start-up with preloading
 
 The model is a plain MLP, wide enough that the matrix multiplies dominate (the gradient all_reduce
-of DDP is a few MB per step). With N workers each step processes global_batch / N samples per
+of DDP is a few MB per step; prepare_model averages it through shared memory, and
+RAYLITE_TRAIN_FASTPATH=0 in the environment makes it gloo's, for comparison). With N workers each step processes global_batch / N samples per
 worker (one intra-op thread per worker, as each holds one CPU), so every configuration does the same
 arithmetic. Times are around ``trainer.run`` in the driver, on a warm group, after one warm-up run;
 the best of ``--repeats`` runs is reported (other processes on a shared machine only add time), with
@@ -120,7 +121,7 @@ def main(argv=None) -> int:
     ray.init(num_cpus=5)
     try:
         entries = [start("1 worker  x 1 CPU", config, num_workers=1),
-                   start("2 workers x 1 CPU (DDP, gloo)", config, num_workers=2)]
+                   start("2 workers x 1 CPU (DDP)", config, num_workers=2)]
         if not args.no_threads_baseline:
             entries.append(start("1 worker  x 2 CPUs (2 threads)", config, num_workers=1,
                                  resources_per_worker={"CPU": 2}))

@@ -58,6 +58,7 @@ def test_prepare_model_and_data_loader_with_two_workers(runtime, tmp_path):
                 "sampler": type(loader.sampler).__name__, "is_dist_sampler": isinstance(loader.sampler,
                                                                                       DistributedSampler),
                 "ddp": type(model).__name__, "bucket_view": model.gradient_as_bucket_view,
+                "hooks": [type(state).__name__ for _hook, state in getattr(model, "_comm_hooks", [])],
                 "matches_reference": matches_reference,
                 "params_equal": all(torch.equal(g, gathered[0]) for g in gathered),
                 "device": str(train_torch.get_device())}
@@ -74,6 +75,7 @@ def test_prepare_model_and_data_loader_with_two_workers(runtime, tmp_path):
         assert o["devices"] == ["cpu"] and o["device"] == "cpu"
         assert o["ddp"] == "DistributedDataParallel"
         assert o["bucket_view"] is True                         # prepare_model's default
+        assert o["hooks"] == ["LocalGroup"]                     # averaged through shared memory, not gloo
         assert o["matches_reference"]                           # averaged gradients, step after step
         assert o["params_equal"]                                # DDP averaged the gradients
 

@@ -12,7 +12,7 @@ place with one clear message. What we rely on:
 * ``strategies.launchers.launcher._Launcher``: the launcher interface (``launch``, ``kill``,
   ``is_interactive_compatible``). It is private, so when it is missing the launcher is
   duck-typed instead; Lightning only calls those three members.
-* for the same-host fast path (``raylite.plugins._fastpath``), two private members of Lightning
+* for the same-host fast path (``raylite.util.shm_collectives``), two private members of Lightning
   >= 2.5's SIGTERM handling: ``trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor`` and
   ``trainer._signal_connector._sigterm_notifier_fn`` (replaced per trainer instance), and
   ``utilities.exceptions.SIGTERMException``. Where any is missing the fast path leaves Lightning's

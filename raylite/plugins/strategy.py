@@ -4,7 +4,7 @@ processes are raylite actors.
 The Lightning surface is two overrides per strategy class: ``_configure_launcher`` (our launcher
 instead of Lightning's subprocess launcher) and ``root_device`` (each worker's own device). The
 rest is Lightning's own DDP / FSDP code running unchanged in every worker, except for the
-same-host fast path of a CPU fit (``raylite.plugins._fastpath``: ``setup_environment``,
+same-host fast path of a CPU fit (``raylite.util.shm_collectives``: ``setup_environment``,
 ``configure_ddp`` and ``teardown``): the per-step SIGTERM check and DDP's gradient allreduce go
 through shared memory instead of gloo. ``RAYLITE_LIGHTNING_FASTPATH=0`` turns it off.
 """
@@ -16,7 +16,7 @@ import warnings
 
 import torch
 
-from raylite.plugins import _fastpath
+from raylite.util import shm_collectives as _fastpath
 from raylite.plugins._compat import PL_NAME, DDPStrategy, FSDPStrategy, SIGTERMException, TrainerFn
 from raylite.plugins.environment import _LaunchedEnvironment
 from raylite.plugins.launcher import RayLauncher
@@ -81,7 +81,7 @@ class _RayWorkers:
         self._raylite_connect_local()
 
     def _raylite_connect_local(self) -> None:
-        """In a worker fitting on CPU: the same-host fast path (see ``raylite.plugins._fastpath``)
+        """In a worker fitting on CPU: the same-host fast path (see ``raylite.util.shm_collectives``)
         for the per-step SIGTERM check and, in RayStrategy, the gradient allreduce. The same
         decision on every rank (``LocalGroup.connect`` is a collective)."""
         self._raylite_local = None

@@ -1,4 +1,5 @@
-"""RayStrategy's same-host fast path: the per-step collectives of a CPU DDP run through shared memory.
+"""The same-host fast path of CPU DDP (RayStrategy, and raylite.train's ``prepare_model``): the
+per-step collectives through shared memory instead of gloo.
 
 A small model's DDP step on CPU is dominated by synchronisation, not arithmetic: each step Lightning
 broadcasts a "SIGTERM received" flag from rank 0 (Lightning >= 2.5) and DDP allreduces the gradient
@@ -8,8 +9,9 @@ own runtime), ``LocalGroup`` replaces those two with a shared-memory segment tha
 
 * ``allreduce_hook``: a DDP communication hook. Each rank copies its bucket into its own slot,
   publishes a sequence number, waits for the others' and sums the slots in rank order, so every
-  rank computes bit-identical averaged gradients (as DDP requires). Buckets over ``SLOT_BYTES`` or
-  of other dtypes/devices go through gloo, as without the hook.
+  rank computes bit-identical averaged gradients (as DDP requires). Buckets over the group's slot
+  size (``SLOT_BYTES`` unless ``connect`` is told more) or of other dtypes/devices go through gloo,
+  as without the hook.
 * ``sigterm_check``: stands in for Lightning's per-step ``_broadcast_sigterm_tensor``. A SIGTERM to
   any rank sets a flag in the segment (instead of Lightning's collective inside the signal
   handler, which can deadlock when it hits a rank that is not rank 0); at the start of each
@@ -35,8 +37,9 @@ import platform
 import secrets
 import time
 
-ENV = "RAYLITE_LIGHTNING_FASTPATH"
-SLOT_BYTES = 1 << 20          # per rank and parity; larger gradient buckets go through gloo
+ENV = "RAYLITE_LIGHTNING_FASTPATH"   # "0": RayStrategy keeps gloo
+TRAIN_ENV = "RAYLITE_TRAIN_FASTPATH"    # "0": raylite.train's prepare_model keeps gloo
+SLOT_BYTES = 1 << 20          # per rank and parity by default; larger gradient buckets go through gloo
 SPIN_S = 0.0005               # poll (yielding the CPU) this long, then sleep on a futex
 _LINE = 8                     # int64s per cache line
 _CTL_R0_CHECK, _CTL_STOP, _CTL_SIGTERM, _CTL_FUTEX = 0, 1, 2, 3
@@ -44,9 +47,10 @@ _SYS_FUTEX, _FUTEX_WAIT, _FUTEX_WAKE = 202, 0, 1   # x86-64 Linux; shared (not p
 _DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
-def wanted() -> bool:
-    """Whether this process would use the fast path (decided in the driver, shipped to the ranks)."""
-    return os.environ.get(ENV, "1") != "0" and platform.machine().lower() in ("x86_64", "amd64")
+def wanted(env: str = ENV) -> bool:
+    """Whether this process would use the fast path (RayStrategy decides in the driver and ships
+    the answer to the ranks; raylite.train's workers read the variable they inherited)."""
+    return os.environ.get(env, "1") != "0" and platform.machine().lower() in ("x86_64", "amd64")
 
 
 class PeerGone(RuntimeError):
@@ -56,9 +60,11 @@ class PeerGone(RuntimeError):
 class LocalGroup:
     """The ranks of the default process group, sharing one memory segment."""
 
-    def __init__(self, mm: mmap.mmap, rank: int, world_size: int, pids: list[int], timeout_s: float):
+    def __init__(self, mm: mmap.mmap, rank: int, world_size: int, pids: list[int], timeout_s: float,
+                 slot_bytes: int = SLOT_BYTES):
         import numpy as np
         self.mm, self.rank, self.world_size, self.pids = mm, rank, world_size, pids
+        self.slot_bytes = slot_bytes
         self.timeout_s = timeout_s
         self.hdr_bytes = _header_bytes(world_size)
         hdr = np.frombuffer(mm, dtype=np.int64, count=self.hdr_bytes // 8)
@@ -78,12 +84,12 @@ class LocalGroup:
     # -- setup ---------------------------------------------------------------------------------
 
     @classmethod
-    def connect(cls, timeout_s: float = 1800.0) -> "LocalGroup | None":
+    def connect(cls, timeout_s: float = 1800.0, slot_bytes: int = SLOT_BYTES) -> "LocalGroup | None":
         """Collective over the default process group: every rank gets a LocalGroup, or every rank
         gets None (some rank could not open the segment: then gloo it is, everywhere)."""
         import torch.distributed as dist
         rank, world = dist.get_rank(), dist.get_world_size()
-        size = _header_bytes(world) + 2 * world * SLOT_BYTES
+        size = _header_bytes(world) + 2 * world * slot_bytes   # tmpfs: pages are taken as written
         mm, path = None, None
         if rank == 0:
             path = f"/dev/shm/raylite-pl-{os.getpid()}-{secrets.token_hex(8)}"
@@ -122,7 +128,7 @@ class LocalGroup:
             return None
         # pids tell a dead peer only within one pid namespace; elsewhere only the timeout does
         same_ns = len({ns for _, _, ns in answers}) == 1 and answers[0][2] is not None
-        return cls(mm, rank, world, [pid for _, pid, _ in answers] if same_ns else [], timeout_s)
+        return cls(mm, rank, world, [pid for _, pid, _ in answers] if same_ns else [], timeout_s, slot_bytes)
 
     def close(self) -> None:
         self._views.clear()
@@ -192,13 +198,13 @@ class LocalGroup:
         view = self._views.get(key)
         if view is None:
             import torch
-            offset = self.hdr_bytes + (parity * self.world_size + rank) * SLOT_BYTES
+            offset = self.hdr_bytes + (parity * self.world_size + rank) * self.slot_bytes
             view = self._views[key] = torch.frombuffer(self.mm, dtype=dtype, count=numel, offset=offset)
         return view
 
     def fits(self, tensor) -> bool:
         return (tensor.device.type == "cpu" and str(tensor.dtype).rsplit(".", 1)[-1] in _DTYPES
-                and tensor.numel() * tensor.element_size() <= SLOT_BYTES)
+                and tensor.numel() * tensor.element_size() <= self.slot_bytes)
 
     def allreduce_mean_(self, tensor):
         """``tensor`` (contiguous, CPU) := the mean over the ranks, summed in rank order."""
