@@ -189,10 +189,14 @@ def _snippets(ray) -> dict:
     out["gpu"] = ray.get(gpu_task.remote())
     out["half_gpu"] = ray.get([half_gpu.remote() for _ in range(2)])
     ray.kill(counter)
-    try:
-        ray.get(counter.inc.remote())
-    except ray.exceptions.RayActorError as e:
-        out["killed"] = type(e).__name__
+    deadline = time.monotonic() + 30   # Ray kills asynchronously: a call right after may still run
+    while "killed" not in out and time.monotonic() < deadline:
+        try:
+            ray.get(counter.inc.remote())
+        except ray.exceptions.RayActorError as e:
+            out["killed"] = type(e).__name__
+        else:
+            time.sleep(0.1)
     return out
 
 
