@@ -40,28 +40,6 @@ def runtime(_module_runtime):
         release_workers()   # idle RayStrategy workers would hold the CPUs the next test needs
 
 
-def _train_api(*names):
-    try:
-        from raylite import train
-    except ImportError as e:
-        pytest.skip(f"raylite.train is not importable yet ({e})")
-    missing = [n for n in names if not hasattr(train, n)]
-    if missing:
-        pytest.skip(f"raylite.train does not provide {', '.join(missing)} yet (issue 4)")
-    return train
-
-
-def _tune_api(*names):
-    try:
-        from raylite import tune
-    except ImportError as e:
-        pytest.skip(f"raylite.tune is not importable yet ({e})")
-    missing = [n for n in names if not hasattr(tune, n)]
-    if missing:
-        pytest.skip(f"raylite.tune does not provide {', '.join(missing)} yet (issue 6)")
-    return tune
-
-
 def _ddp_fit_in_worker(max_steps=8):
     """Runs in each worker: Lightning's own "ddp" joining the processes raylite started.
 
@@ -161,7 +139,7 @@ def test_ray_environment_settings_and_mismatch(monkeypatch):
 
 
 def test_ray_environment_inside_train_trainer(runtime):
-    train = _train_api("Trainer", "get_context")
+    from raylite import train
     trainer = train.Trainer(backend="torch", num_workers=2)
     trainer.start()
     try:
@@ -211,7 +189,7 @@ def _lightning_trainable(config):
 
 @pytest.mark.parametrize("workers", [0, 2], ids=["in-trial", "raystrategy-in-trial"])
 def test_tune_report_callback_under_tune_run(runtime, tmp_path, workers):
-    tune = _tune_api("run", "report")
+    from raylite import tune
     analysis = tune.run(_lightning_trainable, config={"lr": 0.05, "workers": workers}, num_samples=1,
                         resources_per_trial={"cpu": 1}, metric="loss", mode="min",
                         storage_path=str(tmp_path), verbose=0)

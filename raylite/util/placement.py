@@ -7,6 +7,7 @@ node IP with a port free there hosts torch.distributed's TCP store.
 """
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 
@@ -51,7 +52,6 @@ def assigned_cuda_index() -> int:
     """Run in a GPU worker: the index, among the devices CUDA sees, of the first GPU the runtime
     assigned it. Both backends normally make the assigned GPUs the only visible ones (so 0), but
     Ray can be told to leave CUDA_VISIBLE_DEVICES alone; then the assigned id is looked up in it."""
-    import os
     ids = [str(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     if not ids:
