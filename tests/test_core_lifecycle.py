@@ -436,3 +436,16 @@ def test_preload_modules_are_imported_before_workers_fork(monkeypatch):
         assert ray.get(preloaded.remote()) is True   # imported by the zygote, inherited by the fork
     finally:
         ray.shutdown()
+
+
+def test_init_fails_clearly_when_workers_cannot_start(monkeypatch, ray_init):
+    """init() waits for the zygote to be ready, so a Python that cannot run it fails init() with a
+    clear error (not the first task), and leaves nothing behind: a later init() works."""
+    real = os.sys.executable
+    monkeypatch.setattr(os.sys, "executable", "/bin/false")
+    with pytest.raises(RuntimeError, match=r"zygote .* exited while starting"):
+        ray.init(num_cpus=1)
+    assert not ray.is_initialized()
+    monkeypatch.setattr(os.sys, "executable", real)
+    ray_init(num_cpus=1)
+    assert ray.get(ray.remote(lambda: 7).remote()) == 7

@@ -82,6 +82,13 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
         except BaseException:
             zygote.close()
             raise
+        try:
+            serialization._pickler()   # the first .remote() needs cloudpickle: import it while the zygote starts
+            zygote.wait_ready()
+        except BaseException:
+            node, _node = _node, None
+            node.shutdown()
+            raise
         process.client = DriverClient(_node)
         process.index = 0
         context.set_process(job_id="01000000", node_id=node_id, worker_id=0)

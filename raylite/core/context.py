@@ -5,6 +5,7 @@ import os
 
 from raylite.core import ray_backend
 from raylite.core.objects import process
+from raylite.core.resources import ACCELERATOR_RESOURCES
 
 
 class _Current:
@@ -55,7 +56,8 @@ class RuntimeContext:
         return dict(_current.assigned)
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
-        return {k: list(v) for k, v in _current.accelerator_ids.items()}
+        ids = _current.accelerator_ids   # only the resources this task holds travel with it
+        return {r: list(ids.get(r, ())) for r in ACCELERATOR_RESOURCES}
 
     def get_pid(self) -> int:
         return os.getpid()

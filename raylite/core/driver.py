@@ -5,7 +5,7 @@ public API is written once for both.
 """
 from __future__ import annotations
 
-import threading
+import _thread
 
 from raylite import exceptions
 from raylite.core.node import Node
@@ -34,15 +34,16 @@ class DriverClient:
         self.node.call(self.node.put, object_id, ser)
 
     def _block(self, ids, timeout, want=None) -> Waiter:
-        done, box = threading.Event(), []
+        done, box = _thread.allocate_lock(), []   # a bare lock: Event's Condition costs ~10 us a get
+        done.acquire()
 
         def fire(timed_out, waiter):
             box.append(timed_out)
-            done.set()
+            done.release()
 
         waiter = Waiter(fire, want)
         self.node.call(self.node.add_waiter, waiter, ids, timeout)
-        done.wait()
+        done.acquire()
         if box[0] and want is None:
             raise exceptions.GetTimeoutError(f"get timed out after {timeout} s")
         return waiter

@@ -18,7 +18,7 @@ from collections import deque
 from raylite import exceptions
 from raylite.core import accelerators, segments, serialization
 from raylite.core.protocol import Channel, TaskSpec
-from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, NodeResources, from_fixed
+from raylite.core.resources import SCALE, NodeResources, from_fixed
 from raylite.core.workers import Actor, ObjectEntry, Waiter, WorkerProc
 from raylite.core.zygote import Zygote
 
@@ -376,7 +376,7 @@ class Node:
             self._sent(w, deps.values())
         alloc = w.alloc
         assigned = {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {}
-        accel = {r: list(alloc.device_ids.get(r, [])) if alloc else [] for r in ACCELERATOR_RESOURCES}
+        accel = {r: list(ids) for r, ids in alloc.device_ids.items() if ids} if alloc else {}
         self._send(w, ("run", spec, fn_bytes, deps, assigned, accel))
 
     def _finish(self, spec: TaskSpec, results) -> None:

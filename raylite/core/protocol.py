@@ -7,12 +7,15 @@ coalesces writes, the worker side blocks.
 """
 from __future__ import annotations
 
+import operator
 import pickle
 import socket
 import struct
 
 _HEADER = struct.Struct("<I")
-_READ_CHUNK = 1 << 18
+# Below glibc's mmap threshold (128 KiB): a larger recv() buffer is mapped and unmapped on every
+# call, which cost 28 us per small message against 5 us for this size.
+_READ_CHUNK = 1 << 16
 
 
 class TaskSpec:
@@ -46,7 +49,10 @@ class TaskSpec:
         self.class_meta = class_meta              # actors: (class name, {method: num_returns})
 
     def __reduce__(self):   # a flat tuple pickles several times faster than slot state
-        return (_spec_from_tuple, (tuple(getattr(self, s) for s in self.__slots__),))
+        return (_spec_from_tuple, (_spec_fields(self),))
+
+
+_spec_fields = operator.attrgetter(*TaskSpec.__slots__)
 
 
 def _spec_from_tuple(values: tuple) -> TaskSpec:
@@ -99,15 +105,18 @@ class Channel:
     # --- non-blocking side (the node manager) ---
     def feed(self) -> list | None:
         """Read what is available; return complete messages, or None at end of stream."""
-        try:
-            chunk = self.sock.recv(_READ_CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return []
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        self.rbuf += chunk
+        while True:
+            try:
+                chunk = self.sock.recv(_READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            self.rbuf += chunk
+            if len(chunk) < _READ_CHUNK:
+                break
         out = []
         while (msg := self._pop()) is not _INCOMPLETE:
             out.append(msg)

@@ -37,6 +37,22 @@ class Zygote:
         finally:
             child.close()
 
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Block until the zygote has imported the core (not RAYLITE_PRELOAD, which goes on in the
+        background), so tasks submitted right after init() start at once, and an environment where
+        workers cannot start fails init() instead of the first task."""
+        self.sock.settimeout(timeout)
+        try:
+            msg = self.sock.recv(16)
+        except socket.timeout:
+            raise RuntimeError(f"raylite: the worker zygote (pid {self.pid}) did not start within {timeout:g} s "
+                               "(is the machine overloaded?)") from None
+        finally:
+            self.sock.settimeout(None)
+        if msg != b"ready":
+            raise RuntimeError(f"raylite: the worker zygote ({sys.executable} -m raylite.core.zygote) exited "
+                               "while starting, so no worker can run; its error is printed above")
+
     def fork(self, config: dict, fds: list[int]) -> None:
         socket.send_fds(self.sock, [pickle.dumps(config)], fds)
 
@@ -70,13 +86,13 @@ def _set_parent_death_signal(libc) -> None:
 def _serve(sock: socket.socket, session: str) -> None:
     from raylite.core import segments, serialization, worker  # preload what every worker needs
     serialization._pickler()
-    _preload(os.environ.get("RAYLITE_PRELOAD", ""))
     libc = _libc()
-    gc.collect()
-    gc.freeze()   # workers share these pages instead of copying them when their GC runs
-    if libc is not None:
-        libc.malloc_trim(0)   # hand import-time garbage back, so every fork starts smaller
-
+    _settle(libc)
+    sock.send(b"ready")   # init() returns now; a preload below goes on while the driver runs
+    preload = os.environ.get("RAYLITE_PRELOAD", "")
+    if preload:
+        _preload(preload)
+        _settle(libc, collect=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children are reaped automatically
     me = os.getpid()
@@ -117,6 +133,17 @@ def _serve(sock: socket.socket, session: str) -> None:
     except ChildProcessError:
         pass
     segments.remove_session_segments(session)
+
+
+def _settle(libc, collect: bool = False) -> None:
+    """Make what is imported so far cheap to fork: freeze it, so the workers' GC never writes to
+    (and copies) these pages, and hand freed heap back to the OS. The core's imports leave no
+    cyclic garbage, so only a preload (which may) is collected first."""
+    if collect:
+        gc.collect()
+    gc.freeze()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 def _preload(names: str) -> None:
