@@ -36,6 +36,8 @@ FIGURES = [
     ("local_sum_ms", "6. in-process sum of 100 MB (median)", "ms", None),
     ("refsum_first_ms", "   task sum by ref minus local sum, first call", "ms", None),
     ("refsum_median_ms", "   task sum by ref minus local sum, median", "ms", ("<=", 1.0)),
+    ("shm_sum_ms", "   in-process sum of get(ref), i.e. over shared memory (median)", "ms", None),
+    ("refsum_vs_shm_ms", "   task sum by ref minus that, median (the runtime's own cost)", "ms", None),
     ("rss_idle_mb", "7. RSS driver+children, idle after init(num_cpus=8)", "MB", ("<=", 150)),
     ("pss_idle_mb", "   PSS of the same", "MB", None),
     ("nproc_idle", "   processes", "", None),
@@ -231,20 +233,26 @@ def child(module, outfile, seconds):
 
     def refsum():
         arr = array(); f = ray.remote(total); ref = ray.put(arr)
-        local, diffs = [], []
+        shared = ray.get(ref)   # zero-copy get: the same pages a task reads
+        local, diffs, shm, shm_diffs = [], [], [], []
         for _ in range(11):
             t0 = perf_counter(); expect = float(arr.sum()); local.append(perf_counter() - t0)
-            t0 = perf_counter(); got = ray.get(f.remote(ref)); diffs.append(perf_counter() - t0 - local[-1])
+            t0 = perf_counter(); float(shared.sum()); shm.append(perf_counter() - t0)
+            t0 = perf_counter(); got = ray.get(f.remote(ref)); took = perf_counter() - t0
+            diffs.append(took - local[-1]); shm_diffs.append(took - shm[-1])
             assert abs(got - expect) <= 1e-6 * abs(expect)
         emit("local_sum_ms", statistics.median(local) * 1e3)
         emit("refsum_first_ms", diffs[0] * 1e3)
         emit("refsum_median_ms", statistics.median(diffs[1:]) * 1e3)
+        emit("shm_sum_ms", statistics.median(shm) * 1e3)
+        emit("refsum_vs_shm_ms", statistics.median(shm_diffs[1:]) * 1e3)
 
     session(dict(num_cpus=8), [(("sleep8_cold_s", "sleep8_warm_s"), sleeps),
                                (("tiny_each_per_s", "tiny_batch_per_s"), tiny),
                                (("actor_each_per_s", "actor_batch_per_s"), actor),
                                (("putget_gbps", "copy_gbps", "putget_vs_copy"), putget),
-                               (("local_sum_ms", "refsum_first_ms", "refsum_median_ms"), refsum)])
+                               (("local_sum_ms", "refsum_first_ms", "refsum_median_ms", "shm_sum_ms",
+                                 "refsum_vs_shm_ms"), refsum)])
     arrays.clear()
 
     # 8. Fresh workers (logical GPUs).

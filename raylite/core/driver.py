@@ -82,6 +82,9 @@ class DriverClient:
     def release(self, object_id: int) -> None:
         self.node.call(self.node.release, object_id)
 
+    def addref(self, object_id: int) -> None:
+        self.node.call(self.node.addref, object_id)
+
     def kill(self, actor_id: int, no_restart: bool) -> None:
         self.node.call(self.node.kill, actor_id, no_restart)
 

@@ -54,6 +54,7 @@ class Node:
         self.idle: dict[tuple, list[WorkerProc]] = {}
         self.queues: dict[tuple, deque[TaskSpec]] = {}
         self.producers: dict[int, TaskSpec] = {}   # first return id -> pending or running task
+        self.holding: set[int] = set()             # tasks whose arguments still hold their refs
         self.cancelled: set[int] = set()
         self.fn_time: dict[str, float] = {}        # function id -> typical run time (s)
         self.children: dict[int, list[TaskSpec]] = {}   # task id -> tasks it submitted (for cancel)
@@ -177,6 +178,7 @@ class Node:
             segments.unlink_segments(name for name, _ in value.segments())
             return
         entry.value = value
+        self._hold(value.refs)
         waiters, entry.waiters = entry.waiters, []
         for waiter in waiters:
             waiter.hit()
@@ -185,6 +187,19 @@ class Node:
 
     def put(self, oid: int, value) -> None:
         self.objects[oid] = ObjectEntry(value)
+        self._hold(value.refs)
+
+    def _hold(self, oids) -> None:
+        """Count refs pickled inside a stored value or a task's arguments as one ref each."""
+        for oid in oids:
+            entry = self.objects.get(oid)
+            if entry is not None:
+                entry.refs += 1
+
+    def addref(self, oid: int) -> None:
+        entry = self.objects.get(oid)
+        if entry is not None:
+            entry.refs += 1
 
     def pin(self, oid: int) -> None:
         entry = self.objects.get(oid)
@@ -203,10 +218,21 @@ class Node:
             self._release_actor(self.actors[oid])
 
     def _free(self, oid: int) -> None:
-        entry = self.objects.pop(oid)
-        if entry.value is not None:
+        """Drop an object, then the refs its value held (iteratively: a long chain of nested
+        refs must not exhaust the stack)."""
+        todo = [oid]
+        while todo:
+            entry = self.objects.pop(todo.pop())
+            if entry.value is None:
+                continue
             for name, size in entry.value.segments():
                 self._retire(name, size)
+            for inner in entry.value.refs:
+                held = self.objects.get(inner)
+                if held is not None:
+                    held.refs -= 1
+                    if held.refs <= 0 and not held.pinned and held.value is not None:
+                        todo.append(inner)
 
     def _retire(self, name: str, size: int) -> None:
         """A freed object's segment: pool it once no process maps it (workers confirm)."""
@@ -253,12 +279,13 @@ class Node:
         self._new_entries(spec.return_ids)
         if spec.return_ids:
             self.producers[spec.return_ids[0]] = spec
-        for dep in spec.deps:
-            entry = self.objects.get(dep)
-            if entry is None:
-                return self._finish(spec, _error_value(exceptions.ObjectLostError(
-                    f"argument {dep:028x} of {spec.name} was freed before the task ran")))
-            entry.refs += 1
+        lost = next((dep for dep in spec.deps if dep not in self.objects), None)
+        if lost is not None:
+            return self._finish(spec, _error_value(exceptions.ObjectLostError(
+                f"argument {lost:028x} of {spec.name} was freed before the task ran")))
+        self._hold(spec.deps)
+        self._hold(spec.args.refs)
+        self.holding.add(spec.task_id)
         if spec.kind == "actor_call":
             actor = self.actors.get(spec.actor_id)
             if actor is None or actor.state == "DEAD":
@@ -280,7 +307,7 @@ class Node:
                     waiter.infeasible(message)
             if spec.kind == "actor_create":
                 self.actors[spec.actor_id].state, self.actors[spec.actor_id].error = "DEAD", message
-            return
+            return self._drop_args(spec)   # it never runs
         self._when_deps_ready(spec, lambda: self._enqueue(spec))
 
     def _when_deps_ready(self, spec: TaskSpec, then) -> None:
@@ -392,8 +419,14 @@ class Node:
         self.children.pop(spec.task_id, None)
         for oid, value in zip(spec.return_ids, results):
             self._set_value(oid, value)
-        for dep in spec.deps:
-            self.release(dep)
+        self._drop_args(spec)
+
+    def _drop_args(self, spec: TaskSpec) -> None:
+        """Release what a task's arguments held (once): its ref arguments and nested refs."""
+        if spec.task_id in self.holding:
+            self.holding.discard(spec.task_id)
+            for oid in spec.deps + spec.args.refs:
+                self.release(oid)
 
     # ------------------------------------------------------------------ actors
     def _pump_actor(self, actor: Actor) -> None:
@@ -467,6 +500,7 @@ class Node:
             self._enqueue(actor.spec)
             return
         actor.state = "DEAD"
+        self._drop_args(actor.spec)   # no restart will need the constructor's arguments again
         while actor.queue:
             spec = actor.queue.popleft()
             self._finish(spec, _error_value(self._actor_died(actor, spec)))
@@ -675,8 +709,9 @@ class Node:
         self.put(oid, value)
 
     def _msg_refs(self, w: WorkerProc, ops: list) -> None:
+        handlers = {"pin": self.pin, "release": self.release, "addref": self.addref}
         for op, oid in ops:
-            (self.pin if op == "pin" else self.release)(oid)
+            handlers[op](oid)
 
     def _msg_get(self, w: WorkerProc, req: int, ids: list, timeout) -> None:
         def reply(timed_out: bool, waiter=None):

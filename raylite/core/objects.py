@@ -1,15 +1,16 @@
 """ObjectRef and the per-process link to the runtime that owns the objects.
 
-Each live ObjectRef made by `.remote()` or `put` counts as one reference in the driver's object
-table; when it is garbage collected the count drops and the value (and its shared-memory segments)
-is freed at zero. A ref that is pickled (nested in an argument or a return value) escapes that
-accounting and pins its object until shutdown: raylite trades that leak for never losing a value.
+Each live ObjectRef, in any process, counts as one reference in the driver's object table; when
+it is garbage collected the count drops and the value (and its shared-memory segments) is freed
+at zero. A ref pickled by raylite's serializer (nested in an argument, a put value or a return
+value) is recorded in that value's `refs`: the driver holds it for as long as the value lives,
+and every copy unpickled from it is a new counted ref. A ref pickled any other way (plain
+`pickle.dumps`, a function's closure) cannot be followed, so it pins its object until shutdown.
 """
 from __future__ import annotations
 
 import itertools
 import threading
-
 
 
 class _Process:
@@ -22,6 +23,31 @@ class _Process:
 
 
 process = _Process()
+
+
+_collector = threading.local()   # .refs: ids of the refs pickled by the current serialize call
+
+
+def collect_refs() -> list | None:
+    """Start recording pickled refs (in this thread); returns what to hand to `collected`."""
+    outer = getattr(_collector, "refs", None)
+    _collector.refs = []
+    return outer
+
+
+def collected(outer: list | None) -> tuple[int, ...]:
+    """Stop recording; the distinct ids pickled since `collect_refs`."""
+    refs, _collector.refs = _collector.refs, outer
+    return tuple(dict.fromkeys(refs))
+
+
+def _borrowed(object_id: int) -> ObjectRef:
+    """An unpickled ref: counted like any other while a runtime is up."""
+    client = process.client
+    if client is None:
+        return ObjectRef(object_id)
+    client.addref(object_id)
+    return ObjectRef(object_id, True)
 
 
 def next_id() -> int:
@@ -71,10 +97,12 @@ class ObjectRef(metaclass=BackendType):
         return hash(self.id)
 
     def __reduce__(self):
-        client = process.client
-        if client is not None:
-            client.pin(self.id)
-        return (ObjectRef, (self.id,))
+        refs = getattr(_collector, "refs", None)
+        if refs is not None:
+            refs.append(self.id)
+        elif process.client is not None:   # pickled where nobody can follow it: keep the object
+            process.client.pin(self.id)
+        return (_borrowed, (self.id,))
 
     def __del__(self):
         if self._tracked:

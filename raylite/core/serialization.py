@@ -12,6 +12,7 @@ import pickle
 import sys
 import types
 
+from raylite.core import objects
 from raylite.core.segments import mappings, write_segment
 
 INLINE_LIMIT = 1 << 20
@@ -19,14 +20,17 @@ _SIMPLE = (int, float, str, bytes, bool, type(None))
 
 
 class Serialized:
-    """A value in wire form: pickle bytes plus out-of-band buffers (bytes or shm segment names)."""
+    """A value in wire form: pickle bytes, out-of-band buffers (bytes or shm segment names), and
+    the ids of the ObjectRefs pickled inside it (the driver keeps those alive as long as it)."""
 
-    __slots__ = ("data", "buffers", "is_error")
+    __slots__ = ("data", "buffers", "is_error", "refs")
 
-    def __init__(self, data: bytes, buffers: tuple = (), is_error: bool = False):
-        self.data, self.buffers, self.is_error = data, buffers, is_error
+    def __init__(self, data: bytes, buffers: tuple = (), is_error: bool = False, refs: tuple = ()):
+        self.data, self.buffers, self.is_error, self.refs = data, buffers, is_error, refs
 
     def __reduce__(self):
+        if self.refs:
+            return (Serialized, (self.data, self.buffers, self.is_error, self.refs))
         return (Serialized, (self.data, self.buffers, self.is_error))
 
     def segments(self) -> list[tuple[str, int]]:
@@ -113,8 +117,12 @@ def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
         return False
 
     out = io.BytesIO()
-    _pickler()(out, protocol=5, buffer_callback=callback).dump(value)
-    return Serialized(out.getvalue(), tuple(buffers), is_error)
+    outer = objects.collect_refs()
+    try:
+        _pickler()(out, protocol=5, buffer_callback=callback).dump(value)
+    finally:
+        refs = objects.collected(outer)
+    return Serialized(out.getvalue(), tuple(buffers), is_error, refs)
 
 
 def loads(ser: Serialized):

@@ -100,6 +100,9 @@ class WorkerClient:
     def release(self, object_id: int) -> None:
         self.refops.append(("release", object_id))
 
+    def addref(self, object_id: int) -> None:
+        self.refops.append(("addref", object_id))
+
     def kill(self, actor_id: int, no_restart: bool) -> None:
         self.send(("kill", actor_id, no_restart))
 

@@ -1,0 +1,187 @@
+"""Refs nested in values (arguments, put values, task results) are reference-counted across
+processes: the object lives while any copy of the ref, or any value holding it, lives, and is
+freed (with its shared memory) once none does. A ref pickled where raylite cannot follow it
+(plain pickle) pins its object until shutdown.
+"""
+
+import gc
+import pickle
+
+import numpy as np
+import pytest
+
+import raylite as ray
+
+MB = 1 << 20
+
+
+def _in_table(object_id: int) -> bool:
+    """Whether the driver still stores the object (white-box: the only way to see a free)."""
+    from raylite.core import api
+    node = api._node
+    return node.call_sync(lambda: object_id in node.objects)
+
+
+def _freed(wait_until, object_id: int) -> None:
+    gc.collect()
+    wait_until(lambda: not _in_table(object_id), timeout=10,
+               message=f"object {object_id:x} was never freed")
+
+
+@ray.remote
+def get_inner(holder):
+    return float(ray.get(holder[0]).sum())
+
+
+def test_ref_nested_in_an_argument_lives_until_the_task_ends(ray_start, wait_until):
+    ref = ray.put(np.ones(2 * MB // 8))
+    oid = ref.id
+    out = get_inner.remote([ref])
+    del ref   # only the pending task's argument holds it now
+    gc.collect()
+    assert ray.get(out) == 2 * MB // 8
+    _freed(wait_until, oid)
+
+
+def test_ref_returned_by_a_task_outlives_the_worker_that_made_it(ray_start, wait_until):
+    @ray.remote
+    def make():
+        return [ray.put(np.full(2 * MB // 8, 3.0))]   # the worker drops its own ref at once
+
+    holder = ray.get(make.remote())
+    inner = holder[0]
+    assert ray.get(inner).sum() == 3.0 * (2 * MB // 8)
+    oid = inner.id
+    del holder
+    assert ray.get(inner)[0] == 3.0   # this copy still counts
+    del inner
+    _freed(wait_until, oid)
+
+
+def test_put_value_holds_its_refs_and_frees_them_with_it(ray_start, wait_until):
+    inner = ray.put(np.arange(2 * MB // 8, dtype=np.float64))
+    oid = inner.id
+    outer = ray.put({"data": inner})
+    del inner
+    gc.collect()
+    assert _in_table(oid)   # held by the outer value
+    assert ray.get(ray.get(outer)["data"])[-1] == 2 * MB // 8 - 1
+    assert ray.get(get_inner.remote([ray.get(outer)["data"]])) > 0
+    del outer
+    _freed(wait_until, oid)
+
+
+def test_refs_passed_between_workers_are_counted_in_each(ray_start, wait_until):
+    @ray.remote
+    class Keeper:
+        def __init__(self):
+            self.kept = None
+
+        def keep(self, holder):
+            self.kept = holder[0]   # a copy unpickled in the actor's process
+
+        def read(self):
+            return float(ray.get(self.kept)[0])
+
+        def drop(self):
+            self.kept = None
+
+    keeper = Keeper.remote()
+    ref = ray.put(np.full(2 * MB // 8, 7.0))
+    oid = ref.id
+    ray.get(keeper.keep.remote([ref]))
+    del ref
+    gc.collect()
+    assert ray.get(keeper.read.remote()) == 7.0   # the actor's copy keeps it alive
+    ray.get(keeper.drop.remote())
+    _freed(wait_until, oid)
+
+
+def test_a_long_chain_of_nested_refs_is_freed_without_recursion(ray_start, wait_until):
+    first = ray.put(0)
+    oid = first.id
+    ref = first
+    del first
+    for i in range(3000):
+        ref = ray.put([ref])
+    gc.collect()
+    assert _in_table(oid)
+    del ref
+    _freed(wait_until, oid)
+
+
+def test_plain_pickle_pins_the_object(ray_start):
+    ref = ray.put("kept")
+    data = pickle.dumps(ref)
+    oid = ref.id
+    del ref
+    gc.collect()
+    assert _in_table(oid)
+    assert ray.get(pickle.loads(data)) == "kept"
+
+
+def test_actor_constructor_arguments_are_held_for_restarts(ray_start, wait_until):
+    @ray.remote(max_restarts=1)
+    class Reader:
+        def __init__(self, holder):
+            self.value = ray.get(holder[0])
+
+        def value_and_pid(self):
+            import os
+            return self.value, os.getpid()
+
+        def crash(self):
+            import os
+            os._exit(1)
+
+    ref = ray.put("config")
+    oid = ref.id
+    reader = Reader.remote([ref])
+    del ref
+    gc.collect()
+    value, pid = ray.get(reader.value_and_pid.remote())
+    assert value == "config"
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(reader.crash.remote())
+    assert _in_table(oid)
+    # the restarted actor re-ran its constructor with the same (still stored) argument
+    wait_until(lambda: ray.get(reader.value_and_pid.remote())[1] != pid, timeout=10,
+               message="the actor did not restart")
+    assert ray.get(reader.value_and_pid.remote())[0] == "config"
+    ray.kill(reader)
+    del reader
+    _freed(wait_until, oid)
+
+
+def test_nested_refs_through_a_pipeline_keep_every_value_and_free_all(ray_start, wait_until):
+    """Refs made in workers, nested in results, passed on to other tasks and dropped along the
+    way: every value stays readable while referenced, and the table is back to empty at the end."""
+    from raylite.core import api
+    node = api._node
+    baseline = node.call_sync(lambda: len(node.objects))
+
+    @ray.remote
+    def produce(i):
+        return {"i": i, "refs": [ray.put(np.full(1000, float(i))), ray.put(str(i))]}
+
+    @ray.remote
+    def consume(batch):
+        total = 0.0
+        for item in batch:
+            values = ray.get(item["refs"])
+            assert values[1] == str(item["i"])
+            total += float(values[0][0])
+        return [ray.put(total)]   # hand a fresh ref back, nested
+
+    results = []
+    for round_ in range(5):
+        batch = ray.get([produce.remote(i) for i in range(round_ * 10, round_ * 10 + 10)])
+        results.append(consume.remote(batch))
+        del batch
+        gc.collect()
+    totals = [ray.get(ray.get(r)[0]) for r in results]
+    assert totals == [float(sum(range(k * 10, k * 10 + 10))) for k in range(5)]
+    del results
+    gc.collect()
+    wait_until(lambda: node.call_sync(lambda: len(node.objects)) == baseline, timeout=10,
+               message="objects left in the table after every ref was dropped")
