@@ -185,3 +185,49 @@ def test_nested_refs_through_a_pipeline_keep_every_value_and_free_all(ray_start,
     gc.collect()
     wait_until(lambda: node.call_sync(lambda: len(node.objects)) == baseline, timeout=10,
                message="objects left in the table after every ref was dropped")
+
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def add(self):
+        import os
+        self.n += 1
+        return self.n, os.getpid()
+
+
+def test_actor_handle_nested_in_an_argument_keeps_the_actor_until_the_task_ends(
+        ray_start, wait_until, pid_alive):
+    @ray.remote
+    def use(holder):
+        return ray.get(holder[0].add.remote())
+
+    counter = Counter.remote()
+    _, pid = ray.get(counter.add.remote())
+    out = use.remote([counter])
+    del counter   # only the pending task's argument (then the task's own copy) holds it
+    gc.collect()
+    assert ray.get(out)[0] == 2
+    wait_until(lambda: not pid_alive(pid), timeout=10,
+               message="the actor outlived every handle to it")
+
+
+def test_actor_handle_in_a_put_value_lives_with_the_value(ray_start, wait_until, pid_alive):
+    box = ray.put({"counter": Counter.remote()})
+    n, pid = ray.get(ray.get(box)["counter"].add.remote())
+    gc.collect()
+    assert (n, pid_alive(pid)) == (1, True)
+    assert ray.get(ray.get(box)["counter"].add.remote())[0] == 2   # same actor, state kept
+    del box
+    wait_until(lambda: not pid_alive(pid), timeout=10,
+               message="the actor outlived the value holding its only handle")
+
+
+def test_plain_pickle_of_an_actor_handle_keeps_the_actor(ray_start):
+    counter = Counter.remote()
+    data = pickle.dumps(counter)
+    del counter
+    gc.collect()
+    assert ray.get(pickle.loads(data).add.remote())[0] == 1

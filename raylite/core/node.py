@@ -190,16 +190,16 @@ class Node:
         self._hold(value.refs)
 
     def _hold(self, oids) -> None:
-        """Count refs pickled inside a stored value or a task's arguments as one ref each."""
+        """Count refs (and actor handles) pickled inside a stored value or a task's arguments."""
         for oid in oids:
-            entry = self.objects.get(oid)
-            if entry is not None:
-                entry.refs += 1
+            self.addref(oid)
 
     def addref(self, oid: int) -> None:
         entry = self.objects.get(oid)
         if entry is not None:
             entry.refs += 1
+        elif oid in self.actors:
+            self.actors[oid].refs += 1
 
     def pin(self, oid: int) -> None:
         entry = self.objects.get(oid)
@@ -233,6 +233,8 @@ class Node:
                     held.refs -= 1
                     if held.refs <= 0 and not held.pinned and held.value is not None:
                         todo.append(inner)
+                elif inner in self.actors:
+                    self._release_actor(self.actors[inner])
 
     def _retire(self, name: str, size: int) -> None:
         """A freed object's segment: pool it once no process maps it (workers confirm)."""

@@ -25,7 +25,8 @@ class _Process:
 process = _Process()
 
 
-_collector = threading.local()   # .refs: ids of the refs pickled by the current serialize call
+_collector = threading.local()   # .refs: ids of the refs and actor handles pickled by
+                                  # the current serialize call
 
 
 def collect_refs() -> list | None:
@@ -39,6 +40,16 @@ def collected(outer: list | None) -> tuple[int, ...]:
     """Stop recording; the distinct ids pickled since `collect_refs`."""
     refs, _collector.refs = _collector.refs, outer
     return tuple(dict.fromkeys(refs))
+
+
+def record(object_id: int) -> bool:
+    """Note a ref (or actor handle) being pickled; False when no raylite serializer is running,
+    and the caller must pin what it refers to instead."""
+    refs = getattr(_collector, "refs", None)
+    if refs is None:
+        return False
+    refs.append(object_id)
+    return True
 
 
 def _borrowed(object_id: int) -> ObjectRef:
@@ -97,10 +108,7 @@ class ObjectRef(metaclass=BackendType):
         return hash(self.id)
 
     def __reduce__(self):
-        refs = getattr(_collector, "refs", None)
-        if refs is not None:
-            refs.append(self.id)
-        elif process.client is not None:   # pickled where nobody can follow it: keep the object
+        if not record(self.id) and process.client is not None:   # nobody can follow this copy: keep it
             process.client.pin(self.id)
         return (_borrowed, (self.id,))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from raylite.core import ray_backend, serialization
+from raylite.core import objects, ray_backend, serialization
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import ArgRef, TaskSpec
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
@@ -241,10 +241,10 @@ class ActorHandle(metaclass=BackendType):
             return ActorMethod(self, name, methods[name])
         raise AttributeError(f"'{self.__dict__.get('_class_name', 'Actor')}' actor has no method {name!r}")
 
-    def __reduce__(self):
-        if process.client is not None:
+    def __reduce__(self):   # counted like a nested ObjectRef (see raylite.core.objects)
+        if not objects.record(self._actor_id) and process.client is not None:
             process.client.pin(self._actor_id)
-        return (ActorHandle, (self._actor_id, (self._class_name, self._methods)))
+        return (_borrowed_handle, (self._actor_id, (self._class_name, self._methods)))
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id:028x})"
@@ -255,6 +255,14 @@ class ActorHandle(metaclass=BackendType):
                 process.client.release(self._actor_id)
             except Exception:  # interpreter shutdown
                 pass
+
+
+def _borrowed_handle(actor_id: int, meta: tuple) -> ActorHandle:
+    client = process.client
+    if client is None:
+        return ActorHandle(actor_id, meta)
+    client.addref(actor_id)
+    return ActorHandle(actor_id, meta, True)
 
 
 class ActorMethod:
