@@ -199,10 +199,6 @@ class ActorClass:
         client = process.client or _client()
         if client is None:
             return process.ray.submit(self, self._cls, args, kwargs, options)
-        if (options.get("max_concurrency") or 1) > 1:
-            warnings.warn(f"{self._name}: max_concurrency={options['max_concurrency']} is not supported yet; "
-                          "raylite runs an actor's calls one at a time, in submission order",
-                          UserWarning, stacklevel=3)
         name = options.get("name")
         if name is not None and options.get("get_if_exists"):
             try:
@@ -220,7 +216,7 @@ class ActorClass:
         restarts = options.get("max_restarts") or 0
         spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
                         actor_id=0, actor_name=name, max_restarts=restarts, schedule_request=schedule,
-                        class_meta=self._meta)
+                        class_meta=self._meta, max_concurrency=options.get("max_concurrency") or 0)
         spec.actor_id = spec.task_id
         _warn_if_infeasible(client, self._name, schedule or request)
         client.submit(spec, self._bytes)

@@ -13,7 +13,7 @@ import traceback
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import context, objects, serialization
+from raylite.core import concurrency, context, objects, serialization
 from raylite.core.segments import mappings
 from raylite.core.protocol import ArgRef, Channel, TaskSpec
 from raylite.core.resources import NodeResources
@@ -31,6 +31,7 @@ class WorkerClient:
         self.refops: list = []            # (op, object id) from pickling and GC, sent in order
         self.sent_functions: set[str] = set()
         self.req_ids = itertools.count(1)
+        self.replies: dict[int, _Reply] | None = None   # set once calls run concurrently
 
     # -- plumbing --
     def send(self, msg) -> None:
@@ -44,6 +45,14 @@ class WorkerClient:
             self.chan.send(("refs", ops))
 
     def request(self, msg_kind: str, *args):
+        if self.replies is not None:   # concurrent calls: the main loop reads, each caller waits
+            reply = _Reply()
+            with self.lock:
+                req = next(self.req_ids)
+                self.replies[req] = reply
+                self._flush_refops()
+                self.chan.send((msg_kind, req) + args)
+            return reply.wait()
         with self.lock:
             req = next(self.req_ids)
             self._flush_refops()
@@ -58,6 +67,9 @@ class WorkerClient:
                     self._give_back(msg[1])
                 else:
                     self.inbox.append(msg)
+
+    def deliver(self, req: int, payload) -> None:
+        self.replies.pop(req).set(payload)
 
     def _give_back(self, task_id: int) -> None:
         """The driver wants a task sent ahead of time back (this worker is blocked)."""
@@ -116,6 +128,23 @@ class WorkerClient:
         return self.request("resources")
 
 
+class _Reply:
+    """One pending request's answer, handed from the reading thread to the waiting one."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.payload = None
+
+    def set(self, payload) -> None:
+        self.payload = payload
+        self.lock.release()
+
+    def wait(self):
+        self.lock.acquire()
+        return self.payload
+
+
 class _Executor:
     """Runs the driver's "run" messages; holds the function cache and the actor instance."""
 
@@ -126,35 +155,67 @@ class _Executor:
         self.actor_error: BaseException | None = None
         self.loop = None
         self.running = False
+        self.calls = None   # a concurrency runner for threaded and async actors
 
     def run(self, spec: TaskSpec, fn_bytes: bytes | None, deps: dict, assigned: dict, accel: dict):
         if fn_bytes is not None:
             self.functions[spec.fn_id] = serialization.loads(serialization.Serialized(fn_bytes))
+        if self.calls is not None and spec.kind == "actor_call":
+            return self.calls.submit(spec, deps, assigned, accel)
+        self.execute(spec, deps, assigned, accel)
+        if spec.kind == "actor_create" and self.actor is not None:
+            self.calls = concurrency.runner_for(self, spec.max_concurrency)
+            if self.calls is not None:
+                self.client.replies = {}
+
+    def drain(self) -> None:
+        """Wait for calls still running concurrently (the driver asked this actor to exit)."""
+        if self.calls is not None:
+            self.calls.drain()
+
+    def execute(self, spec: TaskSpec, deps: dict, assigned: dict, accel: dict) -> None:
         context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
                             assigned=assigned, accelerator_ids=accel)
         try:
             self.running = True
             value = self._call(spec, deps)
             self.running = False
-            results = self._pack(spec, value)
+            results = self.pack(spec, value)
         except KeyboardInterrupt:
             self.running = False
             err = exceptions.TaskCancelledError(f"task {spec.name} was cancelled")
             results = [serialization.dumps(err, None, is_error=True)] * max(1, len(spec.return_ids))
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             self.running = False
-            results = [_error(spec.name, e)] * max(1, len(spec.return_ids))
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            results = self.failure(spec, e)
+        self.finish(spec, results)
+
+    def failure(self, spec: TaskSpec, e: BaseException) -> list:
+        return [_error(spec.name, e)] * max(1, len(spec.return_ids))
+
+    def finish(self, spec: TaskSpec, results: list) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
         self.client.send(("done", spec.task_id, results))
 
     def _call(self, spec: TaskSpec, deps: dict):
+        args, kwargs = self.arguments(spec, deps)
+        result = self.invoke(spec, args, kwargs)
+        if hasattr(result, "__await__") and type(result).__name__ == "coroutine":   # async def method
+            import asyncio
+            self.loop = self.loop or asyncio.new_event_loop()
+            result = self.loop.run_until_complete(result)
+        return result
+
+    def arguments(self, spec: TaskSpec, deps: dict) -> tuple[list, dict]:
         args, kwargs = serialization.loads(spec.args)
         if deps:
             values = {oid: _value(ser) for oid, ser in deps.items()}
             args = [values[a.object_id] if type(a) is ArgRef else a for a in args]
             kwargs = {k: values[v.object_id] if type(v) is ArgRef else v for k, v in kwargs.items()}
+        return args, kwargs
+
+    def invoke(self, spec: TaskSpec, args, kwargs):
         if spec.kind == "task":
             result = self.functions[spec.fn_id](*args, **kwargs)
         elif spec.kind == "actor_create":
@@ -164,13 +225,9 @@ class _Executor:
             if self.actor is None:
                 raise exceptions.ActorDiedError(f"actor of {spec.name} is not running")
             result = getattr(self.actor, spec.method)(*args, **kwargs)
-        if hasattr(result, "__await__") and type(result).__name__ == "coroutine":   # async def method
-            import asyncio
-            self.loop = self.loop or asyncio.new_event_loop()
-            result = self.loop.run_until_complete(result)
         return result
 
-    def _pack(self, spec: TaskSpec, value) -> list:
+    def pack(self, spec: TaskSpec, value) -> list:
         n = len(spec.return_ids)
         if n <= 1:
             return [serialization.dumps(value, self.client.shm_prefix)]
@@ -234,8 +291,8 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"])
     executor = _Executor(client)
 
-    def interrupt(signum, frame):  # cancel(): only interrupts a running task
-        if executor.running:
+    def interrupt(signum, frame):  # cancel(): only interrupts a running task (not concurrent calls)
+        if executor.running and executor.calls is None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupt)
@@ -243,11 +300,16 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     unmapped: set[str] = set()
     while True:
         msg = client.next_message()
-        if msg is None or msg[0] == "exit":
+        if msg is None:
+            break
+        if msg[0] == "exit":
+            executor.drain()
             break
         kind = msg[0]
         if kind == "run":
             executor.run(*msg[1:])
+        elif kind == "reply":   # to a concurrent call's get/wait (see WorkerClient.request)
+            client.deliver(msg[1], msg[2])
         elif kind == "forget":
             unmapped.update(msg[1])
         if unmapped:   # segments of freed objects: tell the driver once nothing here maps them

@@ -1,0 +1,169 @@
+"""Threaded actors (`max_concurrency=N`) and async actors run calls side by side, as in Ray's
+"AsyncIO / Concurrency for Actors" docs; plain actors still run one call at a time, in order.
+
+Each test that needs concurrency would deadlock without it (a call waits for one submitted after
+it), so a regression fails by timeout rather than by a timing threshold.
+"""
+import asyncio
+import threading
+import time
+
+import pytest
+
+import raylite as ray
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@ray.remote
+class AsyncSignal:   # Ray's SignalActor test utility
+    def __init__(self):
+        self.ready = asyncio.Event()
+
+    def send(self):
+        self.ready.set()
+
+    async def wait(self):
+        await self.ready.wait()
+        return "released"
+
+
+@ray.remote
+class ThreadedGate:
+    def __init__(self):
+        self.ready = threading.Event()
+
+    def open(self):
+        self.ready.set()
+        return "opened"
+
+    def wait(self):
+        return "passed" if self.ready.wait(timeout=30) else "timed out"
+
+
+def test_async_actor_call_waits_for_a_later_call(ray_start):
+    signal = AsyncSignal.remote()
+    waiting = signal.wait.remote()
+    ready, _ = ray.wait([waiting], timeout=0.3)
+    assert not ready
+    ray.get(signal.send.remote())
+    assert ray.get(waiting) == "released"
+
+
+def test_task_blocked_on_an_async_signal_actor_is_released(ray_start):
+    @ray.remote
+    def blocked(signal):
+        return ray.get(signal.wait.remote())
+
+    signal = AsyncSignal.remote()
+    out = [blocked.remote(signal) for _ in range(2)]
+    time.sleep(0.2)
+    signal.send.remote()
+    assert ray.get(out) == ["released", "released"]
+
+
+def test_async_actor_doc_snippet_runs_calls_concurrently(ray_start):
+    @ray.remote
+    class AsyncActor:
+        async def run_concurrent(self):
+            start = time.monotonic()
+            await asyncio.sleep(0.5)
+            return start, time.monotonic()
+
+    actor = AsyncActor.remote()
+    spans = ray.get([actor.run_concurrent.remote() for _ in range(4)])
+    # every call started before any finished
+    assert max(start for start, _ in spans) < min(end for _, end in spans)
+
+
+def test_threaded_actor_runs_two_calls_at_once(ray_start):
+    gate = ThreadedGate.options(max_concurrency=2).remote()
+    waiting = gate.wait.remote()
+    assert ray.get(gate.open.remote()) == "opened"
+    assert ray.get(waiting) == "passed"
+
+
+def test_threaded_actor_nested_gets_get_their_own_replies(ray_start):
+    @ray.remote
+    def square(x):
+        time.sleep(0.05 * (x % 3))
+        return x * x
+
+    @ray.remote(max_concurrency=4)
+    class Fanout:
+        def compute(self, x):
+            return ray.get(square.remote(x)) + ray.get(square.remote(x + 1))
+
+    fan = Fanout.remote()
+    assert ray.get([fan.compute.remote(x) for x in range(12)]) == [x * x + (x + 1) ** 2 for x in range(12)]
+
+
+def test_async_actor_max_concurrency_caps_calls_in_flight(ray_start):
+    @ray.remote(max_concurrency=2)
+    class Capped:
+        def __init__(self):
+            self.now = self.peak = 0
+
+        async def work(self):
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+            await asyncio.sleep(0.05)
+            self.now -= 1
+
+        def peak_seen(self):
+            return self.peak
+
+    capped = Capped.remote()
+    ray.get([capped.work.remote() for _ in range(8)])
+    assert ray.get(capped.peak_seen.remote()) == 2
+
+
+def test_errors_in_concurrent_calls_keep_their_type(ray_start):
+    @ray.remote(max_concurrency=2)
+    class Faulty:
+        def fail(self):
+            raise KeyError("threaded")
+
+    @ray.remote
+    class AsyncFaulty:
+        async def fail(self):
+            raise ValueError("async")
+
+    with pytest.raises(KeyError, match="threaded"):
+        ray.get(Faulty.remote().fail.remote())
+    with pytest.raises(ValueError, match="async"):
+        ray.get(AsyncFaulty.remote().fail.remote())
+
+
+def test_dropped_concurrent_actor_finishes_its_calls_then_exits(ray_start, wait_until, pid_alive):
+    @ray.remote(max_concurrency=3)
+    class Slow:
+        def pid(self):
+            import os
+            return os.getpid()
+
+        def nap(self, i):
+            time.sleep(0.2)
+            return i
+
+    slow = Slow.remote()
+    pid = ray.get(slow.pid.remote())
+    naps = [slow.nap.remote(i) for i in range(3)]
+    del slow
+    assert ray.get(naps) == [0, 1, 2]
+    wait_until(lambda: not pid_alive(pid), timeout=10, message="the actor did not exit")
+
+
+def test_plain_actor_still_runs_calls_in_order(ray_start):
+    @ray.remote
+    class Log:
+        def __init__(self):
+            self.items = []
+
+        def add(self, i):
+            time.sleep(0.001 * (5 - i % 5))
+            self.items.append(i)
+            return list(self.items)
+
+    log = Log.remote()
+    assert ray.get([log.add.remote(i) for i in range(20)])[-1] == list(range(20))
