@@ -11,3 +11,11 @@ __version__ = "0.1.0"
 __all__ = ["ActorClass", "ActorHandle", "ObjectRef", "available_resources", "cancel", "cluster_resources",
            "exceptions", "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized",
            "kill", "method", "nodes", "put", "remote", "shutdown", "wait"]
+
+
+def __getattr__(name: str):
+    """``ray.util`` (``ray.util.ActorPool``, ...) without importing it at ``import raylite``."""
+    if name == "util":
+        import importlib
+        return importlib.import_module("raylite.util")
+    raise AttributeError(f"module 'raylite' has no attribute {name!r}")

@@ -152,7 +152,6 @@ class _Executor:
         self.client = client
         self.functions: dict[str, object] = {}
         self.actor = None
-        self.actor_error: BaseException | None = None
         self.loop = None
         self.running = False
         self.calls = None   # a concurrency runner for threaded and async actors
@@ -201,7 +200,7 @@ class _Executor:
     def _call(self, spec: TaskSpec, deps: dict):
         args, kwargs = self.arguments(spec, deps)
         result = self.invoke(spec, args, kwargs)
-        if hasattr(result, "__await__") and type(result).__name__ == "coroutine":   # async def method
+        if hasattr(result, "__await__") and type(result).__name__ == "coroutine":   # an async def task
             import asyncio
             self.loop = self.loop or asyncio.new_event_loop()
             result = self.loop.run_until_complete(result)

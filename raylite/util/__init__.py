@@ -2,11 +2,13 @@
 
 - ``raylite.util.accelerators``: accelerator type names for ``accelerator_type=``.
 - ``raylite.util.probe_gpu_resources``: pick GPU or CPU resource options at run time.
+- ``raylite.util.ActorPool``: spread calls over a fixed set of actors.
 - ``raylite.util.get_node_ip_address``: where other nodes reach this one (loopback on the local
   runtime; the node's IP on a Ray cluster).
 """
 from raylite.core.api import get_node_ip_address
 from raylite.util import accelerators
+from raylite.util.actor_pool import ActorPool
 from raylite.util.probe import probe_gpu_resources
 
-__all__ = ["accelerators", "get_node_ip_address", "probe_gpu_resources"]
+__all__ = ["ActorPool", "accelerators", "get_node_ip_address", "probe_gpu_resources"]

@@ -1,0 +1,120 @@
+"""`ActorPool`: spread work over a fixed set of actors, as ``ray.util.ActorPool`` does.
+
+Each submitted ``fn(actor, value)`` runs on an idle actor, or waits in the pool until one frees
+up; results come back in submission order (``get_next``, ``map``) or as they finish
+(``get_next_unordered``, ``map_unordered``). Only the public API is used, so the pool works on
+both backends.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Iterable, Iterator
+
+import raylite as ray
+
+
+class ActorPool:
+    def __init__(self, actors: Iterable):
+        self._idle = list(actors)
+        self._pending: deque = deque()   # (fn, value) waiting for an idle actor
+        self._by_ref: dict = {}          # running call's ref -> (submission index, actor)
+        self._by_index: dict = {}        # submission index -> ref, for in-order results
+        self._next_submit = 0
+        self._next_return = 0
+
+    def submit(self, fn: Callable[[Any, Any], Any], value: Any) -> None:
+        """Run ``fn(actor, value)`` (which must return an ObjectRef) on the next idle actor."""
+        if self._idle:
+            actor = self._idle.pop()
+            ref = fn(actor, value)
+            if not isinstance(ref, ray.ObjectRef):
+                self._idle.append(actor)
+                raise TypeError(f"ActorPool.submit: fn must return an ObjectRef (e.g. "
+                                f"`lambda a, v: a.method.remote(v)`), got {type(ref).__name__}")
+            self._by_ref[ref] = (self._next_submit, actor)
+            self._by_index[self._next_submit] = ref
+            self._next_submit += 1
+        else:
+            self._pending.append((fn, value))
+
+    def has_next(self) -> bool:
+        """Whether any submitted call's result is still to be returned."""
+        return bool(self._by_ref)
+
+    def get_next(self, timeout: float | None = None, ignore_if_timedout: bool = False) -> Any:
+        """The next result in submission order; TimeoutError if it is not ready within
+        ``timeout`` (then skipped for good if ``ignore_if_timedout``)."""
+        if not self.has_next():
+            raise StopIteration("No more results to get")
+        ref = self._by_index[self._next_return]
+        if timeout is not None:
+            ready, _ = ray.wait([ref], timeout=timeout)
+            if not ready:
+                if ignore_if_timedout:
+                    self._forget(ref)
+                raise TimeoutError(f"Timed out waiting for result after {timeout} s")
+        self._forget(ref)
+        return ray.get(ref)
+
+    def get_next_unordered(self, timeout: float | None = None, ignore_if_timedout: bool = False) -> Any:
+        """Whichever running call finishes first; TimeoutError if none does within ``timeout``."""
+        if not self.has_next():
+            raise StopIteration("No more results to get")
+        ready, _ = ray.wait(list(self._by_ref), num_returns=1, timeout=timeout)
+        if not ready:
+            if ignore_if_timedout:   # nothing in particular timed out: drop the oldest call
+                self._forget(self._by_index[min(self._by_index)])
+            raise TimeoutError(f"Timed out waiting for result after {timeout} s")
+        self._forget(ready[0])
+        return ray.get(ready[0])
+
+    def map(self, fn: Callable[[Any, Any], Any], values: Iterable) -> Iterator:
+        """Results of ``fn(actor, v)`` for each value, in order (earlier unread results are dropped)."""
+        self._drop_unread()
+        for v in values:
+            self.submit(fn, v)
+        while self.has_next():
+            yield self.get_next()
+
+    def map_unordered(self, fn: Callable[[Any, Any], Any], values: Iterable) -> Iterator:
+        """Results of ``fn(actor, v)`` for each value, as they finish."""
+        self._drop_unread()
+        for v in values:
+            self.submit(fn, v)
+        while self.has_next():
+            yield self.get_next_unordered()
+
+    def has_free(self) -> bool:
+        """Whether an actor is idle (and no submitted call is waiting for one)."""
+        return bool(self._idle) and not self._pending
+
+    def pop_idle(self):
+        """Take an idle actor out of the pool (None if none is idle)."""
+        return self._idle.pop() if self.has_free() else None
+
+    def push(self, actor) -> None:
+        """Add an actor to the pool; it takes waiting work at once."""
+        busy = [a for _, a in self._by_ref.values()]
+        if any(actor is a for a in self._idle + busy):
+            raise ValueError("Actor already belongs to current ActorPool")
+        self._idle.append(actor)
+        self._dispatch_pending()
+
+    def _forget(self, ref) -> None:
+        """A call is done (or abandoned): free its actor for waiting work."""
+        index, actor = self._by_ref.pop(ref)
+        del self._by_index[index]
+        if index == self._next_return:
+            self._next_return = min(self._by_index, default=self._next_submit)
+        self._idle.append(actor)
+        self._dispatch_pending()
+
+    def _dispatch_pending(self) -> None:
+        while self._idle and self._pending:
+            self.submit(*self._pending.popleft())
+
+    def _drop_unread(self) -> None:
+        """What `map` does first, as in Ray: results not read yet, and work not started, are dropped."""
+        self._pending.clear()
+        for ref in list(self._by_ref):
+            self._forget(ref)

@@ -1,0 +1,76 @@
+"""`ray.util.ActorPool`, from Ray's "Utility Classes" docs, on raylite."""
+import time
+
+import pytest
+
+import raylite as ray
+
+
+@ray.remote
+class Doubler:
+    def double(self, n):
+        return n * 2
+
+    def slow_double(self, n):
+        time.sleep(0.3 if n == 0 else 0.0)
+        return n * 2
+
+    def pid(self, _):
+        import os
+        return os.getpid()
+
+
+def test_doc_snippet_map_keeps_order(ray_start):
+    a1, a2 = Doubler.remote(), Doubler.remote()
+    pool = ray.util.ActorPool([a1, a2])
+    assert list(pool.map(lambda a, v: a.double.remote(v), [1, 2, 3, 4])) == [2, 4, 6, 8]
+
+
+def test_work_is_spread_over_every_actor(ray_start):
+    pool = ray.util.ActorPool([Doubler.remote() for _ in range(2)])
+    pids = list(pool.map(lambda a, v: a.pid.remote(v), range(8)))
+    assert len(set(pids)) == 2
+
+
+def test_map_unordered_returns_fast_results_first(ray_start):
+    pool = ray.util.ActorPool([Doubler.remote(), Doubler.remote()])
+    out = list(pool.map_unordered(lambda a, v: a.slow_double.remote(v), [0, 1, 2, 3]))
+    assert sorted(out) == [0, 2, 4, 6] and out[-1] == 0   # the slow one comes last
+
+
+def test_submit_queues_until_an_actor_frees_and_get_next_keeps_order(ray_start):
+    pool = ray.util.ActorPool([Doubler.remote()])
+    for v in range(5):
+        pool.submit(lambda a, v: a.double.remote(v), v)
+    assert not pool.has_free()
+    assert [pool.get_next() for _ in range(5)] == [0, 2, 4, 6, 8]
+    assert not pool.has_next() and pool.has_free()
+    with pytest.raises(StopIteration):
+        pool.get_next()
+
+
+def test_get_next_timeout(ray_start):
+    pool = ray.util.ActorPool([Doubler.remote()])
+    pool.submit(lambda a, v: a.slow_double.remote(v), 0)
+    with pytest.raises(TimeoutError):
+        pool.get_next(timeout=0.01)
+    assert pool.get_next() == 0
+
+
+def test_push_and_pop_idle(ray_start):
+    first = Doubler.remote()
+    pool = ray.util.ActorPool([first])
+    assert pool.pop_idle() is first and pool.pop_idle() is None
+    pool.submit(lambda a, v: a.double.remote(v), 21)   # waits: no actor
+    assert not pool.has_next()
+    pool.push(first)
+    assert pool.get_next() == 42
+    with pytest.raises(ValueError, match="already belongs"):
+        pool.push(first)
+
+
+def test_fn_must_return_a_ref(ray_start):
+    pool = ray.util.ActorPool([Doubler.remote()])
+    with pytest.raises(TypeError, match="must return an ObjectRef"):
+        pool.submit(lambda a, v: v, 1)
+    assert pool.has_free()
