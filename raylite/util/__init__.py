@@ -3,6 +3,7 @@
 - ``raylite.util.accelerators``: accelerator type names for ``accelerator_type=``.
 - ``raylite.util.probe_gpu_resources``: pick GPU or CPU resource options at run time.
 - ``raylite.util.ActorPool``: spread calls over a fixed set of actors.
+- ``raylite.util.queue.Queue``: a FIFO queue shared by tasks and actors (imported on first use).
 - ``raylite.util.get_node_ip_address``: where other nodes reach this one (loopback on the local
   runtime; the node's IP on a Ray cluster).
 """
@@ -12,3 +13,10 @@ from raylite.util.actor_pool import ActorPool
 from raylite.util.probe import probe_gpu_resources
 
 __all__ = ["ActorPool", "accelerators", "get_node_ip_address", "probe_gpu_resources"]
+
+
+def __getattr__(name: str):
+    if name == "queue":   # asyncio is a noticeable import: only when asked for
+        import importlib
+        return importlib.import_module("raylite.util.queue")
+    raise AttributeError(f"module 'raylite.util' has no attribute {name!r}")

@@ -1,0 +1,77 @@
+"""`ray.util.queue.Queue`, from Ray's "Utility Classes" docs, on raylite."""
+import queue as std_queue
+import time
+
+import pytest
+
+import raylite as ray
+from raylite.util.queue import Empty, Full, Queue
+
+
+def test_doc_snippet_consumers_drain_the_queue(ray_start):
+    q = Queue()
+
+    @ray.remote
+    def consumer(queue):
+        got = []
+        while True:
+            try:
+                got.append(queue.get(timeout=0.5))
+            except Empty:
+                return got
+
+    consumers = [consumer.remote(q) for _ in range(2)]
+    for i in range(20):
+        q.put(i)
+    got = ray.get(consumers)
+    assert sorted(got[0] + got[1]) == list(range(20))
+
+
+def test_blocked_get_is_served_by_a_later_put(ray_start):
+    q = ray.util.queue.Queue()
+
+    @ray.remote
+    def late_put(queue):
+        time.sleep(0.2)
+        queue.put("late")
+
+    pending = late_put.remote(q)
+    assert q.get(timeout=10) == "late"
+    ray.get(pending)
+
+
+def test_bounded_queue_full_and_empty(ray_start):
+    q = Queue(maxsize=2)
+    q.put_nowait_batch([1, 2])
+    assert q.full() and len(q) == 2
+    with pytest.raises(Full):
+        q.put(3, timeout=0.05)
+    with pytest.raises(std_queue.Full):   # also the standard library's exception
+        q.put_nowait(3)
+    with pytest.raises(Full):
+        q.put_nowait_batch([3])
+    assert q.get_nowait_batch(2) == [1, 2]
+    assert q.empty()
+    with pytest.raises(Empty):
+        q.get(block=False)
+    with pytest.raises(std_queue.Empty):
+        q.get(timeout=0.05)
+    with pytest.raises(Empty):
+        q.get_nowait_batch(1)
+
+
+def test_bad_arguments_name_the_field(ray_start):
+    with pytest.raises(ValueError, match="maxsize=-1"):
+        Queue(maxsize=-1)
+    q = Queue()
+    with pytest.raises(ValueError, match="timeout=-1"):
+        q.get(timeout=-1)
+
+
+def test_shutdown_stops_the_actor(ray_start):
+    q = Queue()
+    q.put(1)
+    actor = q.actor
+    q.shutdown()
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.qsize.remote())
