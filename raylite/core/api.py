@@ -67,7 +67,9 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
                 runtime_env=runtime_env, logging_level=logging_level, logging_format=logging_format,
                 include_dashboard=include_dashboard, dashboard_host=dashboard_host, dashboard_port=dashboard_port,
                 job_config=job_config, _temp_dir=_temp_dir, _system_config=_system_config, _memory=_memory)
+        from raylite.core import runtime_env as runtime_envs
         from raylite.core.zygote import Zygote
+        job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
         session = f"{os.getpid()}-{os.urandom(4).hex()}"
         zygote = Zygote(session)   # first: its start overlaps everything below
         try:
@@ -78,7 +80,7 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
             from raylite.core.driver import DriverClient
             from raylite.core.node import Node
             node_id = os.urandom(14).hex()
-            _node = Node(totals, device_ids, session, node_id, "01000000", zygote)
+            _node = Node(totals, device_ids, session, node_id, "01000000", zygote, job_env)
         except BaseException:
             zygote.close()
             raise

@@ -16,7 +16,7 @@ import time
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import accelerators, segments, serialization
+from raylite.core import accelerators, runtime_env, segments, serialization
 from raylite.core.protocol import Channel, TaskSpec
 from raylite.core.resources import SCALE, NodeResources, from_fixed
 from raylite.core.workers import Actor, ObjectEntry, Waiter, WorkerProc
@@ -32,11 +32,12 @@ def _error_value(err: BaseException):
 
 class Node:
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
-                 node_id: str, job_id: str, zygote: Zygote):
+                 node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None):
         self.res = NodeResources(totals, device_ids)
         self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
         self.max_idle = max(1, -(-totals.get("CPU", 0) // SCALE))   # idle workers kept per device set
         self.session, self.node_id, self.job_id = session, node_id, job_id
+        self.job_env = job_env   # init(runtime_env=...), under every task's and actor's own
         self.shm_prefix = segments.session_prefix(session)
         store = totals.get("object_store_memory", 0) // SCALE
         segments.pool = segments.SegmentPool(min(store // 4, 4 << 30))
@@ -368,6 +369,7 @@ class Node:
                 return
             t = w.task
             if (t is None or w.next is not None or w.blocked or t.fn_id != fn_id or t.request != request
+                    or t.runtime_env != queue[0].runtime_env
                     or (w.max_calls and w.calls + 2 > w.max_calls)):
                 continue
             w.next = queue.popleft()
@@ -376,10 +378,11 @@ class Node:
     def _start(self, spec: TaskSpec, alloc) -> None:
         # a worker's environment is fixed at fork: reuse only one with the same devices and threads
         threads = max(1, alloc.resources.get("CPU", 0) // SCALE)
-        key = (tuple(sorted((k, tuple(v)) for k, v in alloc.device_ids.items())), threads)
+        env = runtime_env.merge(self.job_env, spec.runtime_env)
+        key = (tuple(sorted((k, tuple(v)) for k, v in alloc.device_ids.items())), threads, env)
         if spec.kind == "actor_create":
             actor = self.actors[spec.actor_id]
-            w = self._spawn(alloc.device_ids, key)
+            w = self._spawn(alloc.device_ids, key, env)
             w.actor, w.alloc, w.name = actor, alloc, spec.name
             actor.worker, actor.state = w, "ALIVE"
             self._run_on(w, spec)
@@ -390,7 +393,7 @@ class Node:
         if w is not None:
             pool.remove(w)
         else:
-            w = self._spawn(alloc.device_ids, key)
+            w = self._spawn(alloc.device_ids, key, env)
         w.task, w.alloc, w.name, w.max_calls = spec, alloc, spec.name, spec.max_calls
         w.started = time.monotonic()
         self._run_on(w, spec)
@@ -573,14 +576,15 @@ class Node:
             env["OMP_NUM_THREADS"] = str(threads)
         return env
 
-    def _spawn(self, device_ids: dict, key: tuple) -> WorkerProc:
+    def _spawn(self, device_ids: dict, key: tuple, env: tuple | None) -> WorkerProc:
         index = next(self._worker_index)
         ours, theirs = socket.socketpair()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": list(sys.path),
-                  "cwd": os.getcwd(), "job_id": self.job_id, "node_id": self.node_id,
-                  "env": self._worker_env(device_ids, key[1]),
+        env_vars, sys_path, cwd = runtime_env.worker_settings(env, list(sys.path), os.getcwd())
+        config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
+                  "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id,
+                  "env": {**self._worker_env(device_ids, key[1]), **env_vars}, "runtime_env": env,
                   "totals": self.res.total, "device_ids": self.res.device_ids}
         try:
             self.zygote.fork(config, [theirs.fileno(), out_w, err_w])

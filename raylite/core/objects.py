@@ -19,6 +19,7 @@ class _Process:
     client = None          # DriverClient in the driver, WorkerClient in a worker
     ray = None             # the ray_backend module while raylite runs on Ray (then client is None)
     index = 0              # 0 for the driver; workers get 1, 2, ...
+    runtime_env = None     # a worker's own runtime_env, inherited by what it submits
     counter = itertools.count(1)
 
 

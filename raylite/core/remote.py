@@ -4,20 +4,20 @@ from __future__ import annotations
 import os
 import warnings
 
-from raylite.core import objects, ray_backend, serialization
+from raylite.core import objects, ray_backend, runtime_env, serialization
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import ArgRef, TaskSpec
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
-_IGNORED_KEYS = {"scheduling_strategy", "runtime_env", "placement_group", "placement_group_bundle_index",
+_IGNORED_KEYS = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
                  "placement_group_capture_child_tasks", "object_store_memory", "_metadata", "label_selector",
                  "enable_task_events", "_labels"}
-TASK_OPTIONS = _RESOURCE_KEYS | _IGNORED_KEYS | {"max_calls", "max_retries", "retry_exceptions", "num_returns",
-                                                 "name"}
-ACTOR_OPTIONS = _RESOURCE_KEYS | _IGNORED_KEYS | {"max_restarts", "max_task_retries", "max_concurrency", "name",
-                                                  "namespace", "lifetime", "get_if_exists",
-                                                  "max_pending_calls", "concurrency_groups"}
+TASK_OPTIONS = _RESOURCE_KEYS | _IGNORED_KEYS | {"runtime_env", "max_calls", "max_retries", "retry_exceptions",
+                                                 "num_returns", "name"}
+ACTOR_OPTIONS = _RESOURCE_KEYS | _IGNORED_KEYS | {"runtime_env", "max_restarts", "max_task_retries",
+                                                  "max_concurrency", "name", "namespace", "lifetime",
+                                                  "get_if_exists", "max_pending_calls", "concurrency_groups"}
 
 
 def _check_int(options: dict, key: str, minimum: int) -> None:
@@ -35,6 +35,13 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
     for key in ("max_retries", "max_restarts", "max_task_retries"):
         _check_int(options, key, -1)
     return options
+
+
+def _env(options: dict, name: str):
+    """The runtime_env a submission runs in on the local runtime: its own over the submitter's
+    (inherited). Checked here, not at decoration: a Ray cluster accepts more (URIs, containers)."""
+    own = options.get("runtime_env")
+    return runtime_env.merge(process.runtime_env, runtime_env.normalize(own, name) if own is not None else None)
 
 
 def _request(options: dict, default_cpus: float) -> dict:
@@ -145,7 +152,8 @@ class RemoteFunction:
         max_retries = options.get("max_retries")
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
         spec = TaskSpec("task", next_id(), name, args_ser, deps, tuple(next_id() for _ in range(num_returns)),
-                        self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries)
+                        self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries,
+                        runtime_env=_env(options, name))
         _warn_if_infeasible(client, name, request)
         client.submit(spec, self._bytes)
         return _refs(spec)
@@ -216,7 +224,8 @@ class ActorClass:
         restarts = options.get("max_restarts") or 0
         spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
                         actor_id=0, actor_name=name, max_restarts=restarts, schedule_request=schedule,
-                        class_meta=self._meta, max_concurrency=options.get("max_concurrency") or 0)
+                        class_meta=self._meta, max_concurrency=options.get("max_concurrency") or 0,
+                        runtime_env=_env(options, self._name))
         spec.actor_id = spec.task_id
         _warn_if_infeasible(client, self._name, schedule or request)
         client.submit(spec, self._bytes)

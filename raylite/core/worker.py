@@ -287,6 +287,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     client = WorkerClient(chan, config["shm_prefix"], NodeResources(config["totals"], config["device_ids"]))
     objects.process.client = client
     objects.process.index = config["index"]
+    objects.process.runtime_env = config["runtime_env"]
     context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"])
     executor = _Executor(client)
 

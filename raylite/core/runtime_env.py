@@ -1,0 +1,114 @@
+"""`runtime_env` on the local runtime: environment variables, a working directory and extra
+Python modules for a job's, a task's or an actor's workers.
+
+Everything here is applied when a worker is forked, before any user code runs (so frameworks see
+the variables at import), and workers are reused only by work with the same environment, as Ray
+dedicates workers per runtime environment. A child's ``runtime_env`` inherits its parent's (the
+job's, or the submitting task's): its fields replace the parent's, except ``env_vars``, which
+are merged. Nothing is installed: ``pip``, ``conda`` and ``uv`` requirements must already be met
+in this Python (raylite warns once), and remote URIs are not fetched.
+"""
+from __future__ import annotations
+
+import os
+import types
+import warnings
+
+Env = tuple   # normalized form: sorted (field, value) pairs, hashable, None when empty
+
+_NOT_INSTALLED = {"pip", "conda", "uv"}
+_IGNORED = {"excludes", "config", "_ray_commit", "worker_process_setup_hook"}
+_warned: set[str] = set()
+
+
+def normalize(runtime_env, where: str) -> Env | None:
+    """Check a user's ``runtime_env`` (naming the bad field and value) and make it hashable."""
+    if runtime_env is None:
+        return None
+    if hasattr(runtime_env, "to_dict"):   # ray.runtime_env.RuntimeEnv
+        runtime_env = runtime_env.to_dict()
+    if not isinstance(runtime_env, dict):
+        raise TypeError(f"{where}: runtime_env must be a dict, got {type(runtime_env).__name__}")
+    out = {}
+    for field, value in runtime_env.items():
+        if field == "env_vars":
+            out[field] = _env_vars(value, where)
+        elif field == "working_dir":
+            out[field] = _local_dir(value, f"{where}: runtime_env['working_dir']")
+        elif field == "py_modules":
+            out[field] = tuple(_module_root(m, where) for m in _as_list(value, where))
+        elif field in _NOT_INSTALLED:
+            if field not in _warned:
+                _warned.add(field)
+                warnings.warn(f"{where}: raylite's local runtime installs nothing: runtime_env[{field!r}] is "
+                              f"ignored, so those packages must already be installed in this Python "
+                              f"(or run on a Ray cluster with backend='ray')", UserWarning, stacklevel=5)
+        elif field not in _IGNORED:
+            raise ValueError(f"{where}: runtime_env field {field!r} is not supported by raylite's local "
+                             f"runtime (supported: env_vars, working_dir, py_modules, pip/conda/uv as "
+                             f"already installed)")
+    return tuple(sorted(out.items())) or None
+
+
+def merge(parent: Env | None, child: Env | None) -> Env | None:
+    """The child's fields win; ``env_vars`` are merged, the child's value winning per variable."""
+    if not parent or not child:
+        return parent or child
+    merged = dict(parent)
+    for field, value in child:
+        if field == "env_vars" and "env_vars" in merged:
+            value = tuple(sorted({**dict(merged["env_vars"]), **dict(value)}.items()))
+        merged[field] = value
+    return tuple(sorted(merged.items()))
+
+
+def worker_settings(env: Env | None, sys_path: list[str], cwd: str) -> tuple[dict, list[str], str]:
+    """(variables to set, sys.path, working directory) for a worker with this environment."""
+    if not env:
+        return {}, sys_path, cwd
+    fields = dict(env)
+    extra = [fields["working_dir"]] if "working_dir" in fields else []
+    extra += [p for p in fields.get("py_modules", ()) if p not in extra]
+    return dict(fields.get("env_vars", ())), extra + [p for p in sys_path if p not in extra], \
+        fields.get("working_dir", cwd)
+
+
+def _env_vars(value, where: str) -> tuple:
+    if not isinstance(value, dict):
+        raise TypeError(f"{where}: runtime_env['env_vars'] must be a dict of str to str, "
+                        f"got {type(value).__name__}")
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"{where}: runtime_env['env_vars'] must map str to str, got {k!r}: {v!r}")
+    return tuple(sorted(value.items()))
+
+
+def _as_list(value, where: str) -> list:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise TypeError(f"{where}: runtime_env['py_modules'] must be a list, got {type(value).__name__}")
+
+
+def _local_dir(path, what: str) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{what} must be a path, got {type(path).__name__}")
+    path = os.fspath(path)
+    if "://" in path:
+        raise ValueError(f"{what}={path!r}: remote URIs are not fetched by raylite's local runtime; "
+                         f"give a local directory")
+    if not os.path.isdir(path):
+        raise ValueError(f"{what}={path!r} is not a directory")
+    return os.path.abspath(path)
+
+
+def _module_root(module, where: str) -> str:
+    """The directory that makes a py_modules entry importable: a package's parent."""
+    what = f"{where}: runtime_env['py_modules'] entry"
+    if isinstance(module, types.ModuleType):
+        files = getattr(module, "__path__", None) or [getattr(module, "__file__", None)]
+        if not files or files[0] is None:
+            raise ValueError(f"{what} {module.__name__} has no files to import from")
+        module = files[0]
+        if not os.path.isdir(module):   # a single-file module: its directory
+            return os.path.dirname(os.path.abspath(module))
+    return os.path.dirname(_local_dir(module, f"{what} {module!r}"))
