@@ -209,33 +209,29 @@ class Node:
         elif oid in self.actors:
             self.actors[oid].pinned = True
 
-    def release(self, oid: int) -> None:
+    def release(self, oid: int, freeing: list | None = None) -> None:
+        """Drop one ref. An object nobody refers to any more is freed, or, while `_free` runs,
+        queued in `freeing`: a long chain of nested refs is then freed without deep recursion."""
         entry = self.objects.get(oid)
         if entry is not None:
             entry.refs -= 1
             if entry.refs <= 0 and not entry.pinned and entry.value is not None:
-                self._free(oid)
+                if freeing is None:
+                    self._free(oid)
+                else:
+                    freeing.append(oid)
         elif oid in self.actors:
             self._release_actor(self.actors[oid])
 
     def _free(self, oid: int) -> None:
-        """Drop an object, then the refs its value held (iteratively: a long chain of nested
-        refs must not exhaust the stack)."""
+        """Drop a stored object, then the refs (and actor handles) its value held."""
         todo = [oid]
         while todo:
-            entry = self.objects.pop(todo.pop())
-            if entry.value is None:
-                continue
-            for name, size in entry.value.segments():
+            value = self.objects.pop(todo.pop()).value
+            for name, size in value.segments():
                 self._retire(name, size)
-            for inner in entry.value.refs:
-                held = self.objects.get(inner)
-                if held is not None:
-                    held.refs -= 1
-                    if held.refs <= 0 and not held.pinned and held.value is not None:
-                        todo.append(inner)
-                elif inner in self.actors:
-                    self._release_actor(self.actors[inner])
+            for inner in value.refs:
+                self.release(inner, todo)
 
     def _retire(self, name: str, size: int) -> None:
         """A freed object's segment: pool it once no process maps it (workers confirm)."""

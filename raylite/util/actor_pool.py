@@ -70,19 +70,18 @@ class ActorPool:
 
     def map(self, fn: Callable[[Any, Any], Any], values: Iterable) -> Iterator:
         """Results of ``fn(actor, v)`` for each value, in order (earlier unread results are dropped)."""
-        self._drop_unread()
-        for v in values:
-            self.submit(fn, v)
-        while self.has_next():
-            yield self.get_next()
+        return self._map(fn, values, self.get_next)
 
     def map_unordered(self, fn: Callable[[Any, Any], Any], values: Iterable) -> Iterator:
         """Results of ``fn(actor, v)`` for each value, as they finish."""
+        return self._map(fn, values, self.get_next_unordered)
+
+    def _map(self, fn, values: Iterable, next_result: Callable[[], Any]) -> Iterator:
         self._drop_unread()
         for v in values:
             self.submit(fn, v)
         while self.has_next():
-            yield self.get_next_unordered()
+            yield next_result()
 
     def has_free(self) -> bool:
         """Whether an actor is idle (and no submitted call is waiting for one)."""
