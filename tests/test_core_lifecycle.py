@@ -449,3 +449,23 @@ def test_init_fails_clearly_when_workers_cannot_start(monkeypatch, ray_init):
     monkeypatch.setattr(os.sys, "executable", real)
     ray_init(num_cpus=1)
     assert ray.get(ray.remote(lambda: 7).remote()) == 7
+
+
+def test_preloaded_random_generators_differ_between_workers(monkeypatch):
+    """Forked workers must not share the zygote's numpy (and torch) random state."""
+    monkeypatch.setenv("RAYLITE_PRELOAD", "numpy.random")   # numpy 2 makes its generator on first use
+    ray.init(num_cpus=2)
+    try:
+        @ray.remote(max_calls=1)
+        def draw():
+            import random
+            import sys
+
+            import numpy
+            return "numpy.random" in sys.modules, float(numpy.random.rand()), random.random()
+
+        draws = ray.get([draw.remote() for _ in range(4)])
+        assert all(preloaded for preloaded, _, _ in draws)
+        assert len({n for _, n, _ in draws}) == 4 and len({r for _, _, r in draws}) == 4
+    finally:
+        ray.shutdown()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
 import signal
 import socket
 import sys
@@ -260,6 +259,21 @@ def _error(name: str, e: BaseException):
                                    None, is_error=True)
 
 
+def _reset_preloaded(threads: str | None) -> None:
+    """Undo what a fork copies from the zygote into modules it preloaded: every worker would
+    otherwise draw the same "random" numbers as its siblings (Python's `random` reseeds itself
+    at fork; numpy's and torch's global generators do not), and torch keeps the thread count it
+    read before the fork."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()   # from OS entropy, as a fresh `import numpy` would
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()
+        if threads:
+            torch.set_num_threads(int(threads))
+
+
 def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     """Entry point in a freshly forked worker (called by the zygote)."""
     os.dup2(out_fd, 1)
@@ -273,16 +287,12 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    threads = config["env"].get("OMP_NUM_THREADS")
-    torch = sys.modules.get("torch")
-    if threads and torch is not None:   # preloaded: torch read the variable before the fork
-        torch.set_num_threads(int(threads))
+    _reset_preloaded(config["env"].get("OMP_NUM_THREADS"))
     sys.path[:] = config["sys_path"]
     try:
         os.chdir(config["cwd"])
     except OSError:
         pass
-    random.seed()
     chan = Channel(socket.socket(fileno=ctrl_fd))
     client = WorkerClient(chan, config["shm_prefix"], NodeResources(config["totals"], config["device_ids"]))
     objects.process.client = client
