@@ -2,9 +2,9 @@
 uses for nested `.remote()`, `get`, `wait` and `put` calls (all through the driver)."""
 from __future__ import annotations
 
+import _signal
 import itertools
 import os
-import signal
 import socket
 import sys
 import threading
@@ -305,7 +305,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
         if executor.running and executor.calls is None:
             raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, interrupt)
+    _signal.signal(_signal.SIGINT, interrupt)   # the C function: no enum conversions to copy pages
     chan.send(("hello", os.getpid()))
     unmapped: set[str] = set()
     while True:
