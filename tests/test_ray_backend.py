@@ -229,6 +229,24 @@ def test_cluster_is_visible_through_raylite(cluster):
     assert assigned.get("second") == 1
 
 
+def test_placement_groups_are_rays_own_on_a_cluster(cluster):
+    from raylite.util.placement_group import placement_group, placement_group_table, remove_placement_group
+    from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    pg = placement_group([{"CPU": 1, "second": 1}])   # only the second node has "second"
+    assert raylite.get(pg.ready(), timeout=60) is not None
+    assert placement_group_table(pg)["state"] == "CREATED"
+
+    @raylite.remote(num_cpus=1)
+    def node_of():
+        return raylite.get_runtime_context().get_node_id()
+
+    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)   # raylite's class
+    assert raylite.get(node_of.options(scheduling_strategy=strategy).remote()) != \
+        raylite.get_runtime_context().get_node_id()
+    remove_placement_group(pg)
+
+
 def test_trainer_places_one_worker_per_node_with_a_working_all_reduce(cluster):
     pytest.importorskip("torch")
     from raylite.train import Trainer

@@ -64,7 +64,7 @@ class AsyncRunner:
         try:
             async with self.slots:
                 context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
-                                    assigned=assigned, accelerator_ids=accel)
+                                    assigned=assigned, accelerator_ids=accel, placement=spec.placement)
                 try:
                     args, kwargs = ex.arguments(spec, deps)
                     value = ex.invoke(spec, args, kwargs)

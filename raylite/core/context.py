@@ -17,6 +17,7 @@ class _Current:
     name = ""
     assigned: dict = {}
     accelerator_ids: dict = {}
+    placement: tuple | None = None
 
 
 _current = _Current()
@@ -26,9 +27,15 @@ def set_process(job_id: str, node_id: str, worker_id: int) -> None:
     _current.job_id, _current.node_id, _current.worker_id = job_id, node_id, worker_id
 
 
-def set_current(*, task_id, actor_id, name, assigned, accelerator_ids) -> None:
+def set_current(*, task_id, actor_id, name, assigned, accelerator_ids, placement=None) -> None:
     _current.task_id, _current.actor_id, _current.name = task_id, actor_id, name
     _current.assigned, _current.accelerator_ids = assigned, accelerator_ids
+    _current.placement = placement
+
+
+def current_placement() -> tuple | None:
+    """(group id, bundle index, capture children) of the running task or actor, if placed."""
+    return _current.placement
 
 
 class RuntimeContext:

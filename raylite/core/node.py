@@ -17,6 +17,7 @@ from collections import deque
 
 from raylite import exceptions
 from raylite.core import accelerators, runtime_env, segments, serialization
+from raylite.core.groups import Groups
 from raylite.core.protocol import Channel, TaskSpec
 from raylite.core.resources import SCALE, NodeResources, from_fixed
 from raylite.core.workers import Actor, ObjectEntry, Waiter, WorkerProc
@@ -30,10 +31,18 @@ def _error_value(err: BaseException):
     return serialization.dumps(err, None, is_error=True)
 
 
+_GROUP_GONE = object()   # _acquire: the spec's placement group was removed
+
+
+def _queue_key(spec: TaskSpec) -> tuple:
+    return tuple(sorted((spec.schedule_request or spec.request).items())), spec.placement
+
+
 class Node:
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None):
         self.res = NodeResources(totals, device_ids)
+        self.groups = Groups(self.res)
         self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
         self.max_idle = max(1, -(-totals.get("CPU", 0) // SCALE))   # idle workers kept per device set
         self.session, self.node_id, self.job_id = session, node_id, job_id
@@ -297,9 +306,14 @@ class Node:
             if spec.actor_name:
                 self.named[spec.actor_name] = spec.actor_id
         request = spec.schedule_request or spec.request
-        if not self.res.feasible(request):
+        message = None
+        if spec.placement is not None:
+            why = self.groups.fits(spec.placement, spec.request)
+            message = f"{spec.name} can never be scheduled: {why}" if why else None
+        elif not self.res.feasible(request):
             message = (f"{spec.name} asks for {self.res.describe(request)} but this node has "
                        f"{self.res.describe(self.res.total)}; it can never be scheduled")
+        if message:
             for oid in spec.return_ids:
                 self.objects[oid].infeasible = message
                 for waiter in self.objects[oid].waiters:
@@ -329,30 +343,99 @@ class Node:
     def _enqueue(self, spec: TaskSpec) -> None:
         if spec.task_id in self.cancelled:
             return
-        key = tuple(sorted((spec.schedule_request or spec.request).items()))
-        self.queues.setdefault(key, deque()).append(spec)
+        self.queues.setdefault(_queue_key(spec), deque()).append(spec)
 
     def _requeue(self, spec: TaskSpec) -> None:
-        key = tuple(sorted((spec.schedule_request or spec.request).items()))
-        self.queues.setdefault(key, deque()).appendleft(spec)
+        self.queues.setdefault(_queue_key(spec), deque()).appendleft(spec)
 
     def _schedule(self) -> None:
+        if self.groups.pending:
+            for group in self.groups.place():
+                self._set_value(group.ready_id, serialization.dumps(True, None))
         for key in list(self.queues):
             queue = self.queues[key]
             while queue:
                 spec = queue[0]
-                alloc = self.res.try_acquire(spec.schedule_request or spec.request)
+                alloc = self._acquire(spec)
                 if alloc is None:
                     break
                 queue.popleft()
-                if spec.schedule_request is not None:   # actors: placed with more than they hold
-                    self.res.release(alloc)
-                    alloc = self.res.try_acquire(spec.request)
+                if alloc is _GROUP_GONE:
+                    self._group_gone(spec)
+                    continue
                 self._start(spec, alloc)
             if queue and queue[0].kind == "task":
                 self._prefetch(queue)
             if not queue:
                 del self.queues[key]
+
+    def _acquire(self, spec: TaskSpec):
+        """Resources for a queued spec from the node, or from its placement group's bundles."""
+        if spec.placement is None:
+            alloc = self.res.try_acquire(spec.schedule_request or spec.request)
+            if alloc is not None and spec.schedule_request is not None:   # actors: placed with more
+                self.res.release(alloc)                                   # than they hold
+                alloc = self.res.try_acquire(spec.request)
+            return alloc
+        pools = self.groups.pools_for(spec.placement)
+        if pools == []:
+            return _GROUP_GONE
+        for pool in pools or ():
+            alloc = pool.try_acquire(spec.request)
+            if alloc is not None:
+                return alloc
+        return None
+
+    def _group_gone(self, spec: TaskSpec) -> None:
+        error = _error_value(exceptions.RayError(f"cannot run {spec.name}: its placement group was removed"))
+        if spec.kind == "actor_create":
+            actor = self.actors[spec.actor_id]
+            actor.restarts_left, actor.error = 0, "its placement group was removed"
+            return self._actor_gone(actor)
+        self._finish(spec, error)
+
+    # -- placement groups (raylite.core.placement_groups is the API) --
+    def create_group(self, pg_id: int, bundles: list, strategy: str, name: str, ready_id: int) -> None:
+        self.groups.create(pg_id, bundles, strategy, name, ready_id)
+        self.objects[ready_id] = ObjectEntry()   # its one ref: the group's own, dropped at removal
+
+    def remove_group(self, pg_id: int) -> None:
+        group = self.groups.remove(pg_id)
+        if group is None:
+            return
+        for actor in list(self.actors.values()):
+            if actor.spec.placement is not None and actor.spec.placement[0] == pg_id:
+                actor.restarts_left, actor.error = 0, "its placement group was removed"
+                self._kill_actor(actor.spec.actor_id, True)
+        for w in self.workers.values():
+            if w.task is not None and w.task.placement is not None and w.task.placement[0] == pg_id:
+                self._signal(w, signal.SIGKILL)   # its death is then final (see _worker_gone)
+        entry = self.objects.get(group.ready_id)
+        if entry is not None and entry.value is None:
+            self._set_value(group.ready_id, _error_value(exceptions.RayError(
+                f"placement group {group.name or pg_id} was removed before it was placed")))
+        self.release(group.ready_id)
+
+    def group_info(self, pg_id: int | None = None, name: str | None = None, handle: bool = False):
+        """A live group's (id, bundles in units, ready id) by id or name with ``handle``; else the
+        table entry of one group, or of all by id."""
+        if name is not None:
+            pg_id = self.groups.by_name.get(name)
+            if pg_id is None:
+                raise ValueError(f"Failed to look up placement group with name: {name}")
+        if handle:
+            group = self.groups.by_id[pg_id]
+            return pg_id, group.bundles, group.ready_id
+        if pg_id is None:
+            return {f"{i:028x}": self.groups.table(i) for i in self.groups.by_id}
+        return self.groups.table(pg_id)
+
+    def _msg_group(self, w: WorkerProc, req: int, op: str, args: tuple) -> None:
+        try:
+            payload = {"create": self.create_group, "remove": self.remove_group, "info": self.group_info}[op](*args)
+        except ValueError as e:
+            payload = e
+        self._send(w, ("reply", req, payload))
 
     def _prefetch(self, queue: deque) -> None:
         """Send a queued tiny task to a worker busy with the same function, so it starts without
@@ -365,7 +448,7 @@ class Node:
                 return
             t = w.task
             if (t is None or w.next is not None or w.blocked or t.fn_id != fn_id or t.request != request
-                    or t.runtime_env != queue[0].runtime_env
+                    or t.runtime_env != queue[0].runtime_env or t.placement != queue[0].placement
                     or (w.max_calls and w.calls + 2 > w.max_calls)):
                 continue
             w.next = queue.popleft()
@@ -489,7 +572,7 @@ class Node:
         """The actor's process ended: fail its calls, then restart it or mark it dead."""
         w, actor.worker = actor.worker, None
         if w is not None and w.alloc is not None:
-            self.res.release(w.alloc)
+            w.alloc.pool.release(w.alloc)
             w.alloc = None
         pending = list(actor.inflight.values())
         actor.inflight.clear()
@@ -651,9 +734,11 @@ class Node:
         if spec is None:
             return
         self._unblock(w)
-        self.res.release(w.alloc)
+        w.alloc.pool.release(w.alloc)
         if spec.task_id in self.cancelled:
             self._finish(spec, _error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled")))
+        elif spec.placement is not None and self.groups.pools_for(spec.placement) == []:
+            self._group_gone(spec)
         elif spec.max_retries != 0:
             spec.max_retries -= 1
             self._enqueue(spec)
@@ -663,7 +748,7 @@ class Node:
 
     def _unblock(self, w: WorkerProc) -> None:
         if w.blocked:
-            self.res.adjust("CPU", -w.blocked)
+            w.alloc.pool.adjust("CPU", -w.blocked)
             w.blocked = 0
 
     # -- messages from workers (dispatched by name: _msg_<kind>) --
@@ -693,7 +778,7 @@ class Node:
         if w.next is not None:   # the prefetched task is already running on the same resources
             w.task, w.next, w.started = w.next, None, now
         else:
-            self.res.release(w.alloc)
+            w.alloc.pool.release(w.alloc)
             w.alloc = None
             pool = self.idle.setdefault(w.key, [])
             if self.stopping or (w.max_calls and w.calls >= w.max_calls) or len(pool) >= self.max_idle:
@@ -745,7 +830,7 @@ class Node:
         if not waiter.done and w.alloc is not None and not w.blocked:
             cpu = w.alloc.resources.get("CPU", 0)
             if cpu:   # a blocked worker gives its CPU back, so nested work cannot deadlock
-                self.res.adjust("CPU", cpu)
+                w.alloc.pool.adjust("CPU", cpu)
                 w.blocked = cpu
 
     def ready_ids(self, ids) -> set[int]:

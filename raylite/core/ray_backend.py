@@ -208,13 +208,33 @@ def submit(target, wrapped, args: tuple, kwargs: dict, options: dict):
     remote = target.__dict__.get("_ray_remote")
     if remote is None:
         base = target._options
-        remote = ray.remote(**base)(wrapped) if base else ray.remote(wrapped)
+        remote = ray.remote(**_ray_options(base))(wrapped) if base else ray.remote(wrapped)
         target._ray_remote = remote
     if options is not target._options:
-        remote = remote.options(**options)
+        remote = remote.options(**_ray_options(options))
     _share_by_value()
     with _Translated():
         return remote.remote(*args, **kwargs)
+
+
+def util():
+    """``ray.util``, where Ray's placement group functions live."""
+    return _ray().util
+
+
+def _ray_options(options: dict) -> dict:
+    """raylite's scheduling strategy objects (raylite.util.scheduling_strategies) as Ray's."""
+    strategy = options.get("scheduling_strategy")
+    if type(strategy).__module__ != "raylite.core.placement_groups":
+        return options
+    from ray.util import scheduling_strategies as theirs
+    if hasattr(strategy, "placement_group"):
+        strategy = theirs.PlacementGroupSchedulingStrategy(
+            strategy.placement_group, strategy.placement_group_bundle_index,
+            strategy.placement_group_capture_child_tasks)
+    else:
+        strategy = theirs.NodeAffinitySchedulingStrategy(strategy.node_id, strategy.soft)
+    return {**options, "scheduling_strategy": strategy}
 
 
 def _share_by_value() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from raylite.core import objects, ray_backend, runtime_env, serialization
+from raylite.core import context, objects, ray_backend, runtime_env, serialization
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import ArgRef, TaskSpec
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
@@ -13,6 +13,8 @@ _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_ty
 _IGNORED_KEYS = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
                  "placement_group_capture_child_tasks", "object_store_memory", "_metadata", "label_selector",
                  "enable_task_events", "_labels"}
+_PLACEMENT_KEYS = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
+                   "placement_group_capture_child_tasks"}
 TASK_OPTIONS = _RESOURCE_KEYS | _IGNORED_KEYS | {"runtime_env", "max_calls", "max_retries", "retry_exceptions",
                                                  "num_returns", "name"}
 ACTOR_OPTIONS = _RESOURCE_KEYS | _IGNORED_KEYS | {"runtime_env", "max_restarts", "max_task_retries",
@@ -35,6 +37,13 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
     for key in ("max_retries", "max_restarts", "max_task_retries"):
         _check_int(options, key, -1)
     return options
+
+
+def _placement(options: dict):
+    if not _PLACEMENT_KEYS.intersection(options) and context.current_placement() is None:
+        return None   # the common case, without importing placement groups
+    from raylite.core.placement_groups import placement_of
+    return placement_of(options)
 
 
 def _env(options: dict, name: str):
@@ -153,7 +162,7 @@ class RemoteFunction:
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
         spec = TaskSpec("task", next_id(), name, args_ser, deps, tuple(next_id() for _ in range(num_returns)),
                         self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries,
-                        runtime_env=_env(options, name))
+                        runtime_env=_env(options, name), placement=_placement(options))
         _warn_if_infeasible(client, name, request)
         client.submit(spec, self._bytes)
         return _refs(spec)
@@ -225,7 +234,7 @@ class ActorClass:
         spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
                         actor_id=0, actor_name=name, max_restarts=restarts, schedule_request=schedule,
                         class_meta=self._meta, max_concurrency=options.get("max_concurrency") or 0,
-                        runtime_env=_env(options, self._name))
+                        runtime_env=_env(options, self._name), placement=_placement(options))
         spec.actor_id = spec.task_id
         _warn_if_infeasible(client, self._name, schedule or request)
         client.submit(spec, self._bytes)

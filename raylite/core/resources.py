@@ -144,15 +144,17 @@ def normalize_request(
 
 
 class Allocation:
-    """What one task or actor holds, so it can be given back exactly."""
+    """What one task or actor holds, so it can be given back exactly (to `pool`, the node or a
+    placement group's bundle that it was taken from)."""
 
-    __slots__ = ("resources", "device_ids", "device_units")
+    __slots__ = ("resources", "device_ids", "device_units", "pool")
 
     def __init__(self, resources: dict[str, int], device_ids: dict[str, list[str]] | None = None,
-                 device_units: dict[str, dict[str, int]] | None = None):
+                 device_units: dict[str, dict[str, int]] | None = None, pool: NodeResources | None = None):
         self.resources = resources
         self.device_ids = device_ids if device_ids is not None else {}
         self.device_units = device_units if device_units is not None else {}
+        self.pool = pool
 
 
 class NodeResources:
@@ -180,6 +182,19 @@ class NodeResources:
             if ids:
                 self._ids[res] = ids
                 self._slots[res] = [SCALE] * len(ids)
+        self._cap: dict[str, list[int]] = {res: list(slots) for res, slots in self._slots.items()}
+
+    @classmethod
+    def bundle(cls, alloc: Allocation) -> NodeResources:
+        """A pool holding exactly what `alloc` took from the node: a placement group's bundle,
+        whose devices may be fractions (a bundle of 0.5 GPU is half of one device)."""
+        pool = cls({k: v for k, v in alloc.resources.items() if k not in ACCELERATOR_RESOURCES}, {})
+        for res, per_device in alloc.device_units.items():
+            pool.total[res] = pool._free[res] = sum(per_device.values())
+            pool._ids[res] = list(per_device)
+            pool._slots[res] = list(per_device.values())
+            pool._cap[res] = list(per_device.values())
+        return pool
 
     @property
     def device_ids(self) -> dict[str, list[str]]:
@@ -200,8 +215,11 @@ class NodeResources:
             if units <= 0:
                 continue
             if name in ACCELERATOR_RESOURCES:
-                devices = len(self._ids.get(name, []))
-                if not devices or (units > SCALE and (units % SCALE or units // SCALE > devices)):
+                caps = self._cap.get(name, [])
+                if units < SCALE and not any(cap >= units for cap in caps):
+                    return False
+                whole = sum(cap == SCALE for cap in caps)
+                if units >= SCALE and (units % SCALE or units // SCALE > whole):
                     return False
             elif units > self.total.get(name, 0):
                 return False
@@ -239,7 +257,7 @@ class NodeResources:
         taken = {name: units for name, units in request.items() if units > 0}
         for name, units in taken.items():
             self._free[name] -= units
-        alloc = Allocation(resources=taken)
+        alloc = Allocation(resources=taken, pool=self)
         for res, chosen in picks.items():
             ids = self._ids[res]
             for i, units in chosen.items():
@@ -258,7 +276,7 @@ class NodeResources:
             index = {dev: i for i, dev in enumerate(self._ids[res])}
             for dev, units in per_device.items():
                 slot = index[dev]
-                if self._slots[res][slot] + units > SCALE:
+                if self._slots[res][slot] + units > self._cap[res][slot]:
                     raise ValueError(f"double release of {res} device {dev}")
                 self._slots[res][slot] += units
         for name, units in alloc.resources.items():

@@ -126,6 +126,12 @@ class WorkerClient:
     def resources(self) -> tuple[dict, dict]:
         return self.request("resources")
 
+    def group(self, op: str, *args):
+        payload = self.request("group", op, args)
+        if isinstance(payload, ValueError):
+            raise payload
+        return payload
+
 
 class _Reply:
     """One pending request's answer, handed from the reading thread to the waiting one."""
@@ -173,7 +179,7 @@ class _Executor:
 
     def execute(self, spec: TaskSpec, deps: dict, assigned: dict, accel: dict) -> None:
         context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
-                            assigned=assigned, accelerator_ids=accel)
+                            assigned=assigned, accelerator_ids=accel, placement=spec.placement)
         try:
             self.running = True
             value = self._call(spec, deps)

@@ -4,15 +4,21 @@
 - ``raylite.util.probe_gpu_resources``: pick GPU or CPU resource options at run time.
 - ``raylite.util.ActorPool``: spread calls over a fixed set of actors.
 - ``raylite.util.queue.Queue``: a FIFO queue shared by tasks and actors (imported on first use).
+- ``raylite.util.placement_group`` and friends, ``raylite.util.scheduling_strategies``: placement
+  groups, as in Ray.
 - ``raylite.util.get_node_ip_address``: where other nodes reach this one (loopback on the local
   runtime; the node's IP on a Ray cluster).
 """
 from raylite.core.api import get_node_ip_address
-from raylite.util import accelerators
+from raylite.util import accelerators, scheduling_strategies
 from raylite.util.actor_pool import ActorPool
+from raylite.util.placement_group import (get_current_placement_group, get_placement_group, placement_group,
+                                          placement_group_table, remove_placement_group)
 from raylite.util.probe import probe_gpu_resources
 
-__all__ = ["ActorPool", "accelerators", "get_node_ip_address", "probe_gpu_resources"]
+__all__ = ["ActorPool", "accelerators", "get_current_placement_group", "get_node_ip_address",
+           "get_placement_group", "placement_group", "placement_group_table", "probe_gpu_resources",
+           "remove_placement_group", "scheduling_strategies"]
 
 
 def __getattr__(name: str):

@@ -1,0 +1,184 @@
+"""Placement groups, as ``ray.util.placement_group`` and ``ray.util.scheduling_strategies``.
+
+``placement_group(bundles)`` reserves every bundle's resources at once (when they fit) and tasks
+or actors scheduled into the group (``PlacementGroupSchedulingStrategy``, or the older
+``placement_group=`` option) draw from a bundle instead of the node's free resources, so a gang of
+workers either all fit or wait together. On one node every strategy packs; ``STRICT_SPREAD`` with
+more than one bundle cannot be placed and is an error. On the Ray backend these calls are Ray's.
+"""
+from __future__ import annotations
+
+from raylite.core import context
+from raylite.core.objects import ObjectRef, next_id, process
+from raylite.core.resources import from_fixed, to_fixed
+
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+class PlacementGroupID:
+    def __init__(self, pg_id: int):
+        self._id = pg_id
+
+    def hex(self) -> str:
+        return f"{self._id:028x}"
+
+    def __repr__(self) -> str:
+        return f"PlacementGroupID({self.hex()})"
+
+
+class PlacementGroup:
+    """A handle to a placement group; picklable, so tasks can schedule into it too."""
+
+    def __init__(self, pg_id: int, bundle_specs: list[dict], ready_id: int):
+        self._pg_id, self.bundle_specs, self._ready_id = pg_id, bundle_specs, ready_id
+        self.id = PlacementGroupID(pg_id)
+
+    @property
+    def bundle_count(self) -> int:
+        return len(self.bundle_specs)
+
+    def ready(self) -> ObjectRef:
+        """A ref that resolves (to True) once every bundle is reserved."""
+        _client().addref(self._ready_id)
+        return ObjectRef(self._ready_id, True)
+
+    def wait(self, timeout_seconds: float = 30) -> bool:
+        """Whether the group is placed within ``timeout_seconds``."""
+        from raylite.core import api
+        ready, _ = api.wait([self.ready()], timeout=timeout_seconds)
+        return bool(ready)
+
+    def __reduce__(self):
+        return (PlacementGroup, (self._pg_id, self.bundle_specs, self._ready_id))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, PlacementGroup) and other._pg_id == self._pg_id
+
+    def __hash__(self) -> int:
+        return hash(self._pg_id)
+
+    def __repr__(self) -> str:
+        return f"PlacementGroup({self.id.hex()}, bundles={self.bundle_specs})"
+
+
+class PlacementGroupSchedulingStrategy:
+    """``scheduling_strategy=`` for a task or actor: run in bundle ``placement_group_bundle_index``
+    of the group (-1: any bundle with room); with ``placement_group_capture_child_tasks``, the
+    tasks it submits run in the group too."""
+
+    def __init__(self, placement_group, placement_group_bundle_index: int = -1,
+                 placement_group_capture_child_tasks: bool | None = None):
+        self.placement_group = placement_group
+        self.placement_group_bundle_index = placement_group_bundle_index
+        self.placement_group_capture_child_tasks = placement_group_capture_child_tasks
+
+
+class NodeAffinitySchedulingStrategy:
+    """Accepted for Ray code; on the local runtime every task runs on this one node."""
+
+    def __init__(self, node_id: str, soft: bool, _spill_on_unavailable: bool = False,
+                 _fail_on_unavailable: bool = False):
+        self.node_id, self.soft = node_id, soft
+
+
+def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "", lifetime: str | None = None,
+                    _max_cpu_fraction_per_node: float | None = None, **ray_only) -> PlacementGroup:
+    """Reserve ``bundles`` (dicts of resource name to amount) together, placed asynchronously:
+    ``ray.get(pg.ready())`` waits for them."""
+    if process.ray is not None or (process.client is None and _on_ray()):
+        return process.ray.util().placement_group(bundles, strategy=strategy, name=name, lifetime=lifetime,
+                                                  **ray_only)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"placement_group: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if not isinstance(bundles, (list, tuple)) or not bundles:
+        raise ValueError(f"placement_group: bundles must be a non-empty list of dicts, got {bundles!r}")
+    units = [_bundle_units(i, b) for i, b in enumerate(bundles)]
+    pg_id, ready_id = next_id(), next_id()
+    _client().group("create", pg_id, units, strategy, name or "", ready_id)
+    return PlacementGroup(pg_id, [dict(b) for b in bundles], ready_id)
+
+
+def remove_placement_group(placement_group: PlacementGroup) -> None:
+    """Release the group's resources; tasks and actors running in it are killed, as in Ray."""
+    if process.ray is not None:
+        return process.ray.util().remove_placement_group(placement_group)
+    _check_group(placement_group, "remove_placement_group")
+    _client().group("remove", placement_group._pg_id)
+
+
+def get_placement_group(placement_group_name: str) -> PlacementGroup:
+    if process.ray is not None:
+        return process.ray.util().get_placement_group(placement_group_name)
+    pg_id, bundles, ready_id = _client().group("info", None, placement_group_name, True)
+    return PlacementGroup(pg_id, [{k: from_fixed(v) for k, v in b.items()} for b in bundles], ready_id)
+
+
+def placement_group_table(placement_group: PlacementGroup | None = None) -> dict:
+    """State, strategy and bundles of one group, or of all of them by id."""
+    if process.ray is not None:
+        return process.ray.util().placement_group_table(placement_group)
+    return _client().group("info", None if placement_group is None else placement_group._pg_id)
+
+
+def get_current_placement_group() -> PlacementGroup | None:
+    """The group the calling task or actor runs in (None in the driver or outside a group)."""
+    if process.ray is not None:
+        return process.ray.util().get_current_placement_group()
+    current = context.current_placement()
+    if current is None:
+        return None
+    pg_id, bundles, ready_id = _client().group("info", current[0], None, True)
+    return PlacementGroup(pg_id, [{k: from_fixed(v) for k, v in b.items()} for b in bundles], ready_id)
+
+
+def placement_of(options: dict) -> tuple | None:
+    """(group id, bundle index, capture children) for a task's or actor's options, or None."""
+    strategy = options.get("scheduling_strategy")
+    if isinstance(strategy, PlacementGroupSchedulingStrategy):
+        group = strategy.placement_group
+        index = strategy.placement_group_bundle_index
+        capture = strategy.placement_group_capture_child_tasks
+    else:
+        group = options.get("placement_group", "default")
+        index = options.get("placement_group_bundle_index", -1)
+        capture = options.get("placement_group_capture_child_tasks")
+    if group == "default" or group is None:
+        current = context.current_placement()
+        if strategy is None and current is not None and current[2]:
+            return (current[0], -1, True)   # the parent captures its children
+        return None
+    _check_group(group, "scheduling_strategy")
+    if isinstance(index, bool) or not isinstance(index, int) or not -1 <= index < group.bundle_count:
+        raise ValueError(f"placement_group_bundle_index must be -1 or in [0, {group.bundle_count}), "
+                         f"got {index!r}")
+    return (group._pg_id, index, bool(capture))
+
+
+def _bundle_units(i: int, bundle) -> dict[str, int]:
+    if not isinstance(bundle, dict) or not bundle:
+        raise ValueError(f"placement_group: bundles[{i}] must be a non-empty dict of resource amounts, "
+                         f"got {bundle!r}")
+    units = {}
+    for name, amount in bundle.items():
+        if not isinstance(name, str):
+            raise ValueError(f"placement_group: bundles[{i}] has a non-string resource name {name!r}")
+        units[name] = to_fixed(amount, f"bundles[{i}][{name!r}]")
+    if not any(units.values()):
+        raise ValueError(f"placement_group: bundles[{i}] asks for nothing ({bundle!r})")
+    return {k: v for k, v in units.items() if v}
+
+
+def _check_group(group, what: str) -> None:
+    if not isinstance(group, PlacementGroup):
+        raise TypeError(f"{what} expects a placement group made by raylite's placement_group(), "
+                        f"got {type(group).__name__}")
+
+
+def _on_ray() -> bool:
+    from raylite.core import ray_backend
+    return ray_backend.attach()
+
+
+def _client():
+    from raylite.core.remote import _client as client
+    return client()
