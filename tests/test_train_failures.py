@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import cloudpickle
 import pytest
@@ -177,3 +178,38 @@ def test_workers_that_cannot_fit_fail_fast(runtime, tmp_path):
     with pytest.raises(ValueError, match="backend"):
         Trainer(backend="tensorflow")
     assert ray.available_resources()["CPU"] == 2
+
+
+def test_workers_are_reserved_as_a_gang(runtime, tmp_path):
+    """A Trainer's workers get their resources all together or not at all (one placement group):
+    with one of two CPUs taken, a 2-worker Trainer holds nothing while it waits (placed one by one,
+    its first worker would sit on the free CPU), and starts once the CPU frees."""
+    runtime()
+    flag = tmp_path / "go"
+
+    @ray.remote(num_cpus=1)
+    def blocker():
+        import time
+        while not flag.exists():
+            time.sleep(0.01)
+
+    @ray.remote(num_cpus=0)
+    def train_in_a_task():
+        t = Trainer(num_workers=2, logdir=str(tmp_path / "logs"))
+        try:
+            t.start()
+            return t.run(lambda: train.get_context().get_world_rank())
+        finally:
+            t.shutdown()
+
+    held = blocker.remote()
+    deadline = time.monotonic() + 10
+    while ray.available_resources().get("CPU") != 1.0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    out = train_in_a_task.remote()
+    time.sleep(1.5)
+    assert ray.available_resources().get("CPU") == 1.0   # no worker took the free CPU alone
+    assert [g["state"] for g in raylite.util.placement_group_table().values()] == ["PENDING"]
+    flag.touch()
+    ray.get(held)
+    assert ray.get(out, timeout=100) == [0, 1]

@@ -23,6 +23,8 @@ import raylite as ray
 from raylite import exceptions
 from raylite.train import session
 from raylite.util.placement import Layout, assigned_cuda_index, layouts, node_address
+from raylite.util.placement_group import placement_group, remove_placement_group
+from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 logger = logging.getLogger("raylite.train")
 
@@ -152,6 +154,7 @@ class WorkerGroup:
         self.backend = backend
         self.timeout_s = timeout_s
         self.workers: list = []          # in rank order once started
+        self.group = None                # the placement group reserving their resources
         self.layouts: list[Layout] = []
         self.infos: list[dict] = []
 
@@ -172,9 +175,17 @@ class WorkerGroup:
             opts["num_gpus"] = self.request["num_gpus"]
         if self.request["resources"]:
             opts["resources"] = self.request["resources"]
-        workers = [WorkerActor.options(**opts).remote() for _ in range(self.num_workers)]
-        self.workers = workers
         what = f"{self.num_workers} raylite.train workers"
+        bundle = {k: v for k, v in {"CPU": self.request["num_cpus"], "GPU": self.request["num_gpus"],
+                                    **(self.request["resources"] or {})}.items() if v}
+        places = [{} for _ in range(self.num_workers)]
+        if bundle:   # a gang: every worker's resources are reserved before any starts, as in Ray Train
+            self.group = placement_group([bundle] * self.num_workers, strategy="PACK")
+            wait_all([self.group.ready()], f"resources for {what}", self.request)
+            places = [{"scheduling_strategy": PlacementGroupSchedulingStrategy(self.group, i)}
+                      for i in range(self.num_workers)]
+        workers = [WorkerActor.options(**opts, **place).remote() for place in places]
+        self.workers = workers
         places = wait_all([w.node.remote() for w in workers], what, self.request)
         order, self.layouts = layouts([node for node, _, _ in places])
         self.workers = [workers[i] for i in order]
@@ -196,10 +207,16 @@ class WorkerGroup:
 
     def kill(self) -> None:
         workers, self.workers = self.workers, []
+        group, self.group = self.group, None
         if not ray.is_initialized():
             return
         for w in workers:
             try:
                 ray.kill(w)
             except Exception:   # already gone, or the runtime is shutting down
+                pass
+        if group is not None:
+            try:
+                remove_placement_group(group)
+            except Exception:   # the runtime is shutting down
                 pass
