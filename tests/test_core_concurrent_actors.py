@@ -167,3 +167,27 @@ def test_plain_actor_still_runs_calls_in_order(ray_start):
 
     log = Log.remote()
     assert ray.get([log.add.remote(i) for i in range(20)])[-1] == list(range(20))
+
+
+def test_each_concurrent_call_sees_its_own_runtime_context(ray_start):
+    @ray.remote(max_concurrency=4)
+    class Threaded:
+        def __init__(self):
+            self.barrier = threading.Barrier(4)
+
+        def who(self):
+            self.barrier.wait(timeout=20)   # all four calls are running now
+            return ray.get_runtime_context().get_task_id()
+
+    @ray.remote
+    class Async:
+        async def who(self, gate):
+            await asyncio.sleep(0.1 * gate)
+            return ray.get_runtime_context().get_task_id()
+
+    threaded = Threaded.remote()
+    ids = ray.get([threaded.who.remote() for _ in range(4)])
+    assert len(set(ids)) == 4 and None not in ids
+    asynchronous = Async.remote()
+    ids = ray.get([asynchronous.who.remote(3 - i) for i in range(4)])
+    assert len(set(ids)) == 4 and None not in ids

@@ -2,68 +2,84 @@
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 
 from raylite.core import ray_backend
 from raylite.core.objects import process
 from raylite.core.resources import ACCELERATOR_RESOURCES
 
 
-class _Current:
+class _Process:
     job_id = "01000000"
     node_id = ""
     worker_id = 0
-    task_id: int | None = None
-    actor_id: int | None = None
-    name = ""
-    assigned: dict = {}
-    accelerator_ids: dict = {}
-    placement: tuple | None = None
 
 
-_current = _Current()
+class _Call:
+    """What runs now: set per call, in a context variable, so each of an actor's concurrent calls
+    (threads or asyncio tasks) sees its own."""
+
+    __slots__ = ("task_id", "actor_id", "name", "assigned", "accelerator_ids", "placement")
+
+    def __init__(self, task_id=None, actor_id=None, name="", assigned=None, accelerator_ids=None,
+                 placement=None):
+        self.task_id, self.actor_id, self.name = task_id, actor_id, name
+        self.assigned, self.accelerator_ids = assigned or {}, accelerator_ids or {}
+        self.placement = placement
+
+
+_process = _Process()
+_call: ContextVar[_Call] = ContextVar("raylite_call")
+_last = _Call()   # for threads the user starts inside a task, which begin with an empty context
 
 
 def set_process(job_id: str, node_id: str, worker_id: int) -> None:
-    _current.job_id, _current.node_id, _current.worker_id = job_id, node_id, worker_id
+    _process.job_id, _process.node_id, _process.worker_id = job_id, node_id, worker_id
 
 
 def set_current(*, task_id, actor_id, name, assigned, accelerator_ids, placement=None) -> None:
-    _current.task_id, _current.actor_id, _current.name = task_id, actor_id, name
-    _current.assigned, _current.accelerator_ids = assigned, accelerator_ids
-    _current.placement = placement
+    global _last
+    _last = _Call(task_id, actor_id, name, assigned, accelerator_ids, placement)
+    _call.set(_last)
+
+
+def _now() -> _Call:
+    return _call.get(_last)
 
 
 def current_placement() -> tuple | None:
     """(group id, bundle index, capture children) of the running task or actor, if placed."""
-    return _current.placement
+    return _now().placement
 
 
 class RuntimeContext:
     """Ray's RuntimeContext accessors for the calling process."""
 
     def get_job_id(self) -> str:
-        return _current.job_id
+        return _process.job_id
 
     def get_node_id(self) -> str:
-        return _current.node_id
+        return _process.node_id
 
     def get_worker_id(self) -> str:
-        return f"{_current.worker_id:016x}"
+        return f"{_process.worker_id:016x}"
 
     def get_task_id(self) -> str | None:
-        return None if _current.task_id is None else f"{_current.task_id:028x}"
+        task_id = _now().task_id
+        return None if task_id is None else f"{task_id:028x}"
 
     def get_actor_id(self) -> str | None:
-        return None if _current.actor_id is None else f"{_current.actor_id:028x}"
+        actor_id = _now().actor_id
+        return None if actor_id is None else f"{actor_id:028x}"
 
     def get_task_name(self) -> str | None:
-        return _current.name or None
+        return _now().name or None
 
     def get_assigned_resources(self) -> dict[str, float]:
-        return dict(_current.assigned)
+        return dict(_now().assigned)
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
-        ids = _current.accelerator_ids   # only the resources this task holds travel with it
+        ids = _now().accelerator_ids   # only the resources this task holds travel with it
         return {r: list(ids.get(r, ())) for r in ACCELERATOR_RESOURCES}
 
     def get_pid(self) -> int:
