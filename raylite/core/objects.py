@@ -26,8 +26,8 @@ class _Process:
 process = _Process()
 
 
-_collector = threading.local()   # .refs: ids of the refs and actor handles pickled by
-                                  # the current serialize call
+# .refs: ids of the refs and actor handles pickled by this thread's current serialize call
+_collector = threading.local()
 
 
 def collect_refs() -> list | None:

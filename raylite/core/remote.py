@@ -40,7 +40,7 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
 
 
 def _placement(options: dict):
-    if not _PLACEMENT_KEYS.intersection(options) and context.current_placement() is None:
+    if _PLACEMENT_KEYS.isdisjoint(options) and context.current_placement() is None:
         return None   # the common case, without importing placement groups
     from raylite.core.placement_groups import placement_of
     return placement_of(options)
@@ -126,6 +126,7 @@ class RemoteFunction:
         self._name = getattr(function, "__name__", "task")
         self._options = _validate(dict(options), TASK_OPTIONS, "remote functions")
         self._request = _request(self._options, 1.0)
+        self._fresh = int(_uses_accelerators(self._request))   # max_calls when not given
         self._fn_id = os.urandom(8).hex()
         self._bytes: bytes | None = None
         self.__doc__ = getattr(function, "__doc__", None)
@@ -157,7 +158,7 @@ class RemoteFunction:
         num_returns = options.get("num_returns", 1)
         max_calls = options.get("max_calls")
         if max_calls is None:   # accelerator tasks get a fresh process: frameworks never free device memory
-            max_calls = 1 if _uses_accelerators(request) else 0
+            max_calls = self._fresh if request is self._request else int(_uses_accelerators(request))
         max_retries = options.get("max_retries")
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
         spec = TaskSpec("task", next_id(), name, args_ser, deps, tuple(next_id() for _ in range(num_returns)),

@@ -270,9 +270,9 @@ def _reset_preloaded(threads: str | None) -> None:
     otherwise draw the same "random" numbers as its siblings (Python's `random` reseeds itself
     at fork; numpy's and torch's global generators do not), and torch keeps the thread count it
     read before the fork."""
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed()   # from OS entropy, as a fresh `import numpy` would
+    numpy_random = sys.modules.get("numpy.random")   # numpy imports it lazily: not imported, not copied
+    if numpy_random is not None:
+        numpy_random.seed()   # from OS entropy, as a fresh import would
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.seed()
