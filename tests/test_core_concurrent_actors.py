@@ -191,3 +191,32 @@ def test_each_concurrent_call_sees_its_own_runtime_context(ray_start):
     asynchronous = Async.remote()
     ids = ray.get([asynchronous.who.remote(3 - i) for i in range(4)])
     assert len(set(ids)) == 4 and None not in ids
+
+
+def test_cancel_stops_a_running_async_call_and_the_actor_lives_on(ray_start):
+    @ray.remote(max_concurrency=1)
+    class Sleeper:
+        def __init__(self):
+            self.cleaned = 0
+
+        async def nap(self, seconds):
+            try:
+                await asyncio.sleep(seconds)
+                return "woke"
+            finally:
+                self.cleaned += 1   # the coroutine saw the cancellation and cleaned up
+
+        async def cleaned_up(self):
+            return self.cleaned
+
+    sleeper = Sleeper.remote()
+    long = sleeper.nap.remote(60)
+    waiting = sleeper.nap.remote(60)   # queued behind max_concurrency=1: never starts
+    time.sleep(0.3)
+    ray.cancel(long)
+    ray.cancel(waiting)
+    for ref in (long, waiting):
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(ref, timeout=10)
+    assert ray.get(sleeper.nap.remote(0)) == "woke"
+    assert ray.get(sleeper.cleaned_up.remote()) == 2   # the long nap's finally, then the short one's

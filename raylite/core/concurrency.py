@@ -47,6 +47,8 @@ class AsyncRunner:
         self.executor = executor
         self.limit = limit
         self.slots = None   # the semaphore, made on the loop it belongs to
+        self.tasks: dict[int, object] = {}   # task id -> its asyncio task (loop thread only)
+        self.doomed: set[int] = set()        # cancelled before their first step (loop thread only)
         self.pending = 0
         self.idle = threading.Condition()
         self.loop = asyncio.new_event_loop()
@@ -57,24 +59,42 @@ class AsyncRunner:
             self.pending += 1
         self.asyncio.run_coroutine_threadsafe(self._run(spec, deps, assigned, accel), self.loop)
 
+    def cancel(self, task_id: int) -> None:
+        """ray.cancel of a running (or waiting) call: CancelledError inside its coroutine, as in Ray."""
+        self.loop.call_soon_threadsafe(self._cancel, task_id)
+
+    def _cancel(self, task_id: int) -> None:
+        task = self.tasks.get(task_id)
+        if task is not None:
+            task.cancel()
+        else:   # its coroutine has not taken its first step yet
+            self.doomed.add(task_id)
+
     async def _run(self, spec, deps: dict, assigned: dict, accel: dict) -> None:
         if self.slots is None:
             self.slots = self.asyncio.Semaphore(self.limit)
         ex = self.executor
+        self.tasks[spec.task_id] = self.asyncio.current_task()
         try:
-            async with self.slots:
-                context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
-                                    assigned=assigned, accelerator_ids=accel, placement=spec.placement)
-                try:
+            try:
+                if spec.task_id in self.doomed:
+                    raise self.asyncio.CancelledError
+                async with self.slots:
+                    context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
+                                        assigned=assigned, accelerator_ids=accel, placement=spec.placement)
                     args, kwargs = ex.arguments(spec, deps)
                     value = ex.invoke(spec, args, kwargs)
                     if inspect.isawaitable(value):
                         value = await value
                     results = ex.pack(spec, value)
-                except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
-                    results = ex.failure(spec, e)
-                ex.finish(spec, results)
-        finally:
+            except self.asyncio.CancelledError:
+                results = ex.cancelled(spec)
+            except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
+                results = ex.failure(spec, e)
+            ex.finish(spec, results)
+        finally:   # only once its "done" is sent may drain() let the worker exit
+            self.tasks.pop(spec.task_id, None)
+            self.doomed.discard(spec.task_id)
             with self.idle:
                 self.pending -= 1
                 self.idle.notify_all()

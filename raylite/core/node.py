@@ -619,6 +619,8 @@ class Node:
             if actor is not None and spec in actor.queue:
                 actor.queue.remove(spec)
                 self._finish(spec, error)
+            elif actor is not None and actor.worker is not None and spec.task_id in actor.inflight:
+                self._send(actor.worker, ("cancel_call", spec.task_id))   # async actors stop it
             return
         w = next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
         if w is None:   # still waiting for its arguments

@@ -187,12 +187,20 @@ class _Executor:
             results = self.pack(spec, value)
         except KeyboardInterrupt:
             self.running = False
-            err = exceptions.TaskCancelledError(f"task {spec.name} was cancelled")
-            results = [serialization.dumps(err, None, is_error=True)] * max(1, len(spec.return_ids))
+            results = self.cancelled(spec)
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             self.running = False
             results = self.failure(spec, e)
         self.finish(spec, results)
+
+    def cancelled(self, spec: TaskSpec) -> list:
+        err = exceptions.TaskCancelledError(f"task {spec.name} was cancelled")
+        return [serialization.dumps(err, None, is_error=True)] * max(1, len(spec.return_ids))
+
+    def cancel_call(self, task_id: int) -> None:
+        """The driver cancelled a call this actor already has: only an async actor can stop one."""
+        if hasattr(self.calls, "cancel"):
+            self.calls.cancel(task_id)
 
     def failure(self, spec: TaskSpec, e: BaseException) -> list:
         return [_error(spec.name, e)] * max(1, len(spec.return_ids))
@@ -326,6 +334,8 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
             executor.run(*msg[1:])
         elif kind == "reply":   # to a concurrent call's get/wait (see WorkerClient.request)
             client.deliver(msg[1], msg[2])
+        elif kind == "cancel_call":
+            executor.cancel_call(msg[1])
         elif kind == "forget":
             unmapped.update(msg[1])
         if unmapped:   # segments of freed objects: tell the driver once nothing here maps them
