@@ -99,6 +99,4 @@ class DriverClient:
 
     def group(self, op: str, *args):
         """Placement groups: "create", "remove" or "info" on the node (ValueError raises here)."""
-        node = self.node
-        return node.call_sync({"create": node.create_group, "remove": node.remove_group,
-                               "info": node.group_info}[op], *args)
+        return self.node.call_sync(self.node.group, op, *args)

@@ -13,9 +13,6 @@ from collections import deque
 
 from raylite.core.resources import NodeResources, from_fixed
 
-STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-
-
 class Group:
     __slots__ = ("pg_id", "bundles", "strategy", "name", "state", "pools", "allocs", "ready_id")
 

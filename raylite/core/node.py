@@ -430,9 +430,13 @@ class Node:
             return {f"{i:028x}": self.groups.table(i) for i in self.groups.by_id}
         return self.groups.table(pg_id)
 
+    def group(self, op: str, *args):
+        """One entry for the clients: "create", "remove" or "info"."""
+        return {"create": self.create_group, "remove": self.remove_group, "info": self.group_info}[op](*args)
+
     def _msg_group(self, w: WorkerProc, req: int, op: str, args: tuple) -> None:
         try:
-            payload = {"create": self.create_group, "remove": self.remove_group, "info": self.group_info}[op](*args)
+            payload = self.group(op, *args)
         except ValueError as e:
             payload = e
         self._send(w, ("reply", req, payload))

@@ -85,9 +85,8 @@ def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "",
                     _max_cpu_fraction_per_node: float | None = None, **ray_only) -> PlacementGroup:
     """Reserve ``bundles`` (dicts of resource name to amount) together, placed asynchronously:
     ``ray.get(pg.ready())`` waits for them."""
-    if process.ray is not None or (process.client is None and _on_ray()):
-        return process.ray.util().placement_group(bundles, strategy=strategy, name=name, lifetime=lifetime,
-                                                  **ray_only)
+    if (ray_util := _ray_util()) is not None:
+        return ray_util.placement_group(bundles, strategy=strategy, name=name, lifetime=lifetime, **ray_only)
     if strategy not in STRATEGIES:
         raise ValueError(f"placement_group: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if not isinstance(bundles, (list, tuple)) or not bundles:
@@ -100,30 +99,30 @@ def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "",
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:
     """Release the group's resources; tasks and actors running in it are killed, as in Ray."""
-    if process.ray is not None:
-        return process.ray.util().remove_placement_group(placement_group)
+    if (ray_util := _ray_util()) is not None:
+        return ray_util.remove_placement_group(placement_group)
     _check_group(placement_group, "remove_placement_group")
     _client().group("remove", placement_group._pg_id)
 
 
 def get_placement_group(placement_group_name: str) -> PlacementGroup:
-    if process.ray is not None:
-        return process.ray.util().get_placement_group(placement_group_name)
+    if (ray_util := _ray_util()) is not None:
+        return ray_util.get_placement_group(placement_group_name)
     pg_id, bundles, ready_id = _client().group("info", None, placement_group_name, True)
     return PlacementGroup(pg_id, [{k: from_fixed(v) for k, v in b.items()} for b in bundles], ready_id)
 
 
 def placement_group_table(placement_group: PlacementGroup | None = None) -> dict:
     """State, strategy and bundles of one group, or of all of them by id."""
-    if process.ray is not None:
-        return process.ray.util().placement_group_table(placement_group)
+    if (ray_util := _ray_util()) is not None:
+        return ray_util.placement_group_table(placement_group)
     return _client().group("info", None if placement_group is None else placement_group._pg_id)
 
 
 def get_current_placement_group() -> PlacementGroup | None:
     """The group the calling task or actor runs in (None in the driver or outside a group)."""
-    if process.ray is not None:
-        return process.ray.util().get_current_placement_group()
+    if (ray_util := _ray_util()) is not None:
+        return ray_util.get_current_placement_group()
     current = context.current_placement()
     if current is None:
         return None
@@ -174,9 +173,12 @@ def _check_group(group, what: str) -> None:
                         f"got {type(group).__name__}")
 
 
-def _on_ray() -> bool:
+def _ray_util():
+    """``ray.util`` while raylite runs on Ray (also inside Ray's own workers), else None."""
     from raylite.core import ray_backend
-    return ray_backend.attach()
+    if process.client is None and (process.ray is not None or ray_backend.attach()):
+        return process.ray.util()
+    return None
 
 
 def _client():
