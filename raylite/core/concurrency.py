@@ -11,8 +11,6 @@ from __future__ import annotations
 import inspect
 import threading
 
-from raylite.core import context
-
 ASYNC_DEFAULT_CONCURRENCY = 1000
 
 
@@ -35,6 +33,9 @@ class ThreadRunner:
 
     def submit(self, spec, deps: dict, assigned: dict, accel: dict) -> None:
         self.pool.submit(self.executor.execute, spec, deps, assigned, accel)
+
+    def cancel(self, task_id: int) -> None:
+        """A started call on a thread runs to its end (as in Ray); get() then reports the cancel."""
 
     def drain(self) -> None:
         self.pool.shutdown(wait=True)
@@ -80,8 +81,7 @@ class AsyncRunner:
                 if spec.task_id in self.doomed:
                     raise self.asyncio.CancelledError
                 async with self.slots:
-                    context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
-                                        assigned=assigned, accelerator_ids=accel, placement=spec.placement)
+                    ex.begin(spec, assigned, accel)
                     args, kwargs = ex.arguments(spec, deps)
                     value = ex.invoke(spec, args, kwargs)
                     if inspect.isawaitable(value):

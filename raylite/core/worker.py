@@ -177,9 +177,13 @@ class _Executor:
         if self.calls is not None:
             self.calls.drain()
 
-    def execute(self, spec: TaskSpec, deps: dict, assigned: dict, accel: dict) -> None:
+    def begin(self, spec: TaskSpec, assigned: dict, accel: dict) -> None:
+        """Make the call's identity and resources what get_runtime_context() reports."""
         context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
                             assigned=assigned, accelerator_ids=accel, placement=spec.placement)
+
+    def execute(self, spec: TaskSpec, deps: dict, assigned: dict, accel: dict) -> None:
+        self.begin(spec, assigned, accel)
         try:
             self.running = True
             value = self._call(spec, deps)
@@ -198,8 +202,8 @@ class _Executor:
         return [serialization.dumps(err, None, is_error=True)] * max(1, len(spec.return_ids))
 
     def cancel_call(self, task_id: int) -> None:
-        """The driver cancelled a call this actor already has: only an async actor can stop one."""
-        if hasattr(self.calls, "cancel"):
+        """The driver cancelled a call this actor already has (one at a time: it ran already)."""
+        if self.calls is not None:
             self.calls.cancel(task_id)
 
     def failure(self, spec: TaskSpec, e: BaseException) -> list:
