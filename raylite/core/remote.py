@@ -46,11 +46,18 @@ def _placement(options: dict):
     return placement_of(options)
 
 
-def _env(options: dict, name: str):
+def _env(options: dict, name: str, holder) -> tuple | None:
     """The runtime_env a submission runs in on the local runtime: its own over the submitter's
-    (inherited). Checked here, not at decoration: a Ray cluster accepts more (URIs, containers)."""
-    own = options.get("runtime_env")
-    return runtime_env.merge(process.runtime_env, runtime_env.normalize(own, name) if own is not None else None)
+    (inherited). Checked at the first local submission, not at decoration (a Ray cluster accepts
+    more: URIs, containers), and kept on `holder`, whose options never change."""
+    own = holder.__dict__.get("_own_env", _UNCHECKED)
+    if own is _UNCHECKED:
+        raw = options.get("runtime_env")
+        own = holder._own_env = runtime_env.normalize(raw, name) if raw is not None else None
+    return runtime_env.merge(process.runtime_env, own)
+
+
+_UNCHECKED = object()
 
 
 def _request(options: dict, default_cpus: float) -> dict:
@@ -117,7 +124,7 @@ class _Options:
         self._target, self._options = target, options
 
     def remote(self, *args, **kwargs):
-        return self._target._remote(args, kwargs, self._options)
+        return self._target._remote(args, kwargs, self._options, self)
 
 
 class RemoteFunction:
@@ -147,7 +154,7 @@ class RemoteFunction:
     def remote(self, *args, **kwargs):
         return self._remote(args, kwargs, self._options)
 
-    def _remote(self, args, kwargs, options: dict):
+    def _remote(self, args, kwargs, options: dict, holder=None):
         client = process.client or _client()
         if client is None:
             return process.ray.submit(self, self._function, args, kwargs, options)
@@ -163,7 +170,7 @@ class RemoteFunction:
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
         spec = TaskSpec("task", next_id(), name, args_ser, deps, tuple(next_id() for _ in range(num_returns)),
                         self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries,
-                        runtime_env=_env(options, name), placement=_placement(options))
+                        runtime_env=_env(options, name, holder or self), placement=_placement(options))
         _warn_if_infeasible(client, name, request)
         client.submit(spec, self._bytes)
         return _refs(spec)
@@ -213,7 +220,7 @@ class ActorClass:
     def remote(self, *args, **kwargs) -> ActorHandle:
         return self._remote(args, kwargs, self._options)
 
-    def _remote(self, args, kwargs, options: dict) -> ActorHandle:
+    def _remote(self, args, kwargs, options: dict, holder=None) -> ActorHandle:
         client = process.client or _client()
         if client is None:
             return process.ray.submit(self, self._cls, args, kwargs, options)
@@ -235,7 +242,8 @@ class ActorClass:
         spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
                         actor_id=0, actor_name=name, max_restarts=restarts, schedule_request=schedule,
                         class_meta=self._meta, max_concurrency=options.get("max_concurrency") or 0,
-                        runtime_env=_env(options, self._name), placement=_placement(options))
+                        runtime_env=_env(options, self._name, holder or self),
+                        placement=_placement(options))
         spec.actor_id = spec.task_id
         _warn_if_infeasible(client, self._name, schedule or request)
         client.submit(spec, self._bytes)
@@ -295,7 +303,7 @@ class ActorMethod:
     def remote(self, *args, **kwargs):
         return self._remote(args, kwargs, {})
 
-    def _remote(self, args, kwargs, options: dict):
+    def _remote(self, args, kwargs, options: dict, holder=None):
         client = _client()
         handle = self._handle
         name = f"{handle._class_name}.{self._name}"
