@@ -211,10 +211,12 @@ def test_cancel_stops_a_running_async_call_and_the_actor_lives_on(ray_start):
 
     sleeper = Sleeper.remote()
     long = sleeper.nap.remote(60)
-    waiting = sleeper.nap.remote(60)   # queued behind max_concurrency=1: never starts
+    waiting = sleeper.nap.remote(60)   # queued behind max_concurrency=1
     time.sleep(0.3)
-    ray.cancel(long)
+    # The queued call first: cancelling the long nap first frees its slot, and the queued
+    # nap may start (and then run its finally when cancelled) before its own cancel lands.
     ray.cancel(waiting)
+    ray.cancel(long)
     for ref in (long, waiting):
         with pytest.raises(ray.exceptions.TaskCancelledError):
             ray.get(ref, timeout=10)
