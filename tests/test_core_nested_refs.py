@@ -19,7 +19,7 @@ def _in_table(object_id: int) -> bool:
     """Whether the driver still stores the object (white-box: the only way to see a free)."""
     from raylite.core import api
     node = api._node
-    return node.call_sync(lambda: object_id in node.objects)
+    return node.call_sync(lambda: object_id in node.table.objects)
 
 
 def _freed(wait_until, object_id: int) -> None:
@@ -158,7 +158,7 @@ def test_nested_refs_through_a_pipeline_keep_every_value_and_free_all(ray_start,
     way: every value stays readable while referenced, and the table is back to empty at the end."""
     from raylite.core import api
     node = api._node
-    baseline = node.call_sync(lambda: len(node.objects))
+    baseline = node.call_sync(lambda: len(node.table.objects))
 
     @ray.remote
     def produce(i):
@@ -183,7 +183,7 @@ def test_nested_refs_through_a_pipeline_keep_every_value_and_free_all(ray_start,
     assert totals == [float(sum(range(k * 10, k * 10 + 10))) for k in range(5)]
     del results
     gc.collect()
-    wait_until(lambda: node.call_sync(lambda: len(node.objects)) == baseline, timeout=10,
+    wait_until(lambda: node.call_sync(lambda: len(node.table.objects)) == baseline, timeout=10,
                message="objects left in the table after every ref was dropped")
 
 

@@ -31,7 +31,7 @@ class DriverClient:
         self.node.call(self.node.submit, spec, fn_bytes)
 
     def put(self, object_id: int, ser) -> None:
-        self.node.call(self.node.put, object_id, ser)
+        self.node.call(self.node.table.put, object_id, ser)
 
     def _block(self, ids, timeout, want=None) -> Waiter:
         done, box = _thread.allocate_lock(), []   # a bare lock: Event's Condition costs ~10 us a get
@@ -42,14 +42,14 @@ class DriverClient:
             done.release()
 
         waiter = Waiter(fire, want)
-        self.node.call(self.node.add_waiter, waiter, ids, timeout)
+        self.node.call(self.node.table.add_waiter, waiter, ids, timeout)
         done.acquire()
         if box[0] and want is None:
             raise exceptions.GetTimeoutError(f"get timed out after {timeout} s")
         return waiter
 
     def get(self, ids: list[int], timeout: float | None) -> list:
-        objects = self.node.objects
+        objects = self.node.table.objects
         values = []
         for i in ids:   # fast path: everything is ready
             entry = objects.get(i)
@@ -70,20 +70,20 @@ class DriverClient:
         return [objects[i].value for i in ids]
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
-        ready = self.node.ready_ids(ids)
+        ready = self.node.table.ready_ids(ids)
         if len(ready) < num_returns and timeout != 0:
             self._block(ids, timeout, num_returns)
-            ready = self.node.ready_ids(ids)
+            ready = self.node.table.ready_ids(ids)
         return ready
 
     def pin(self, object_id: int) -> None:
-        self.node.call(self.node.pin, object_id)
+        self.node.call(self.node.table.pin, object_id)
 
     def release(self, object_id: int) -> None:
-        self.node.call(self.node.release, object_id)
+        self.node.call(self.node.table.release, object_id)
 
     def addref(self, object_id: int) -> None:
-        self.node.call(self.node.addref, object_id)
+        self.node.call(self.node.table.addref, object_id)
 
     def kill(self, actor_id: int, no_restart: bool) -> None:
         self.node.call(self.node.kill, actor_id, no_restart)

@@ -1,10 +1,10 @@
-"""The node manager: one thread in the driver that owns the scheduler, the object table and the
-worker table. User threads only enqueue commands (`call`) and wait on events; workers talk to it
-over their control sockets. One owner of the state means no locks around it.
+"""The node manager: one thread in the driver that owns the scheduler, the object table
+(raylite.core.object_table) and the worker table. User threads only enqueue commands (`call`)
+and wait on events; workers talk to it over their control sockets. One owner of the state means
+no locks around it.
 """
 from __future__ import annotations
 
-import heapq
 import itertools
 import os
 import selectors
@@ -18,9 +18,10 @@ from collections import deque
 from raylite import exceptions
 from raylite.core import accelerators, runtime_env, segments, serialization
 from raylite.core.groups import Groups
+from raylite.core.object_table import ObjectTable
 from raylite.core.protocol import Channel, TaskSpec
 from raylite.core.resources import SCALE, NodeResources, from_fixed
-from raylite.core.workers import Actor, ObjectEntry, Waiter, WorkerProc
+from raylite.core.workers import Actor, Waiter, WorkerProc
 from raylite.core.zygote import Zygote
 
 
@@ -50,15 +51,12 @@ class Node:
         self.shm_prefix = segments.session_prefix(session)
         store = totals.get("object_store_memory", 0) // SCALE
         segments.pool = segments.SegmentPool(min(store // 4, 4 << 30))
-        self.readers: dict[str, set[int]] = {}      # segment -> workers it was sent to
-        self.releasing: dict[str, tuple] = {}   # segment -> (size, workers still mapping it, driver mmap)
         self.sel = selectors.DefaultSelector()
         self.commands: deque = deque()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._woken = False
         self.sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
-        self.objects: dict[int, ObjectEntry] = {}
         self.functions: dict[str, bytes] = {}
         self.workers: dict[int, WorkerProc] = {}
         self.idle: dict[tuple, list[WorkerProc]] = {}
@@ -69,11 +67,11 @@ class Node:
         self.fn_time: dict[str, float] = {}        # function id -> typical run time (s)
         self.children: dict[int, list[TaskSpec]] = {}   # task id -> tasks it submitted (for cancel)
         self.actors: dict[int, Actor] = {}
+        self.table = ObjectTable(self.actors, self._release_actor, self.workers,
+                                 lambda index, names: self._send(self.workers[index], ("forget", names)))
         self.named: dict[str, int] = {}
-        self.timers: list = []
         self.dirty_channels: set[Channel] = set()
         self._worker_index = itertools.count(1)
-        self._timer_seq = itertools.count()
         self.stopping = False
         self.zygote = zygote
         self.thread = threading.Thread(target=self._loop, name="raylite-node", daemon=True)
@@ -117,11 +115,7 @@ class Node:
 
     def _loop(self) -> None:
         while True:
-            timeout = None
-            if self.timers:
-                timeout = max(0.0, self.timers[0][0] - time.monotonic())
-            if self.commands:
-                timeout = 0
+            timeout = 0 if self.commands else self.table.next_timeout()
             try:
                 for key, events in self.sel.select(timeout):
                     key.data(events)
@@ -129,7 +123,7 @@ class Node:
                 while self.commands:
                     fn, args = self.commands.popleft()
                     fn(*args)
-                self._fire_timers()
+                self.table.fire_timers()
                 self._schedule()
                 self._flush()
             except Exception:   # a bug here must not silently stop the runtime
@@ -154,145 +148,19 @@ class Node:
         w.chan.queue(msg)
         self.dirty_channels.add(w.chan)
 
-    def _fire_timers(self) -> None:
-        now = time.monotonic()
-        while self.timers and self.timers[0][0] <= now:
-            _, _, waiter = heapq.heappop(self.timers)
-            waiter.expire()
-
-    # ------------------------------------------------------------------ objects
-    def add_waiter(self, waiter: Waiter, ids, timeout: float | None) -> None:
-        """Register waiter on ids; it fires when enough are ready (or at timeout)."""
-        unique, ready = set(ids), 0
-        for oid in unique:
-            entry = self.objects.get(oid)
-            if entry is None:
-                waiter.lost(oid)
-            elif entry.value is not None:
-                ready += 1
-            else:
-                if entry.infeasible is not None:
-                    waiter.infeasible(entry.infeasible)
-                entry.waiters.append(waiter)
-        waiter.arm(ready, len(unique))
-        if not waiter.done and timeout is not None:
-            heapq.heappush(self.timers, (time.monotonic() + max(0.0, timeout), next(self._timer_seq), waiter))
-
-    def _new_entries(self, ids) -> None:
-        for oid in ids:
-            self.objects[oid] = ObjectEntry()
-
-    def _set_value(self, oid: int, value) -> None:
-        entry = self.objects.get(oid)
-        if entry is None:
-            segments.unlink_segments(name for name, _ in value.segments())
-            return
-        entry.value = value
-        self._hold(value.refs)
-        waiters, entry.waiters = entry.waiters, []
-        for waiter in waiters:
-            waiter.hit()
-        if entry.refs <= 0 and not entry.pinned:
-            self._free(oid)
-
-    def put(self, oid: int, value) -> None:
-        self.objects[oid] = ObjectEntry(value)
-        self._hold(value.refs)
-
-    def _hold(self, oids) -> None:
-        """Count refs (and actor handles) pickled inside a stored value or a task's arguments."""
-        for oid in oids:
-            self.addref(oid)
-
-    def addref(self, oid: int) -> None:
-        entry = self.objects.get(oid)
-        if entry is not None:
-            entry.refs += 1
-        elif oid in self.actors:
-            self.actors[oid].refs += 1
-
-    def pin(self, oid: int) -> None:
-        entry = self.objects.get(oid)
-        if entry is not None:
-            entry.pinned = True
-        elif oid in self.actors:
-            self.actors[oid].pinned = True
-
-    def release(self, oid: int, freeing: list | None = None) -> None:
-        """Drop one ref. An object nobody refers to any more is freed, or, while `_free` runs,
-        queued in `freeing`: a long chain of nested refs is then freed without deep recursion."""
-        entry = self.objects.get(oid)
-        if entry is not None:
-            entry.refs -= 1
-            if entry.refs <= 0 and not entry.pinned and entry.value is not None:
-                if freeing is None:
-                    self._free(oid)
-                else:
-                    freeing.append(oid)
-        elif oid in self.actors:
-            self._release_actor(self.actors[oid])
-
-    def _free(self, oid: int) -> None:
-        """Drop a stored object, then the refs (and actor handles) its value held."""
-        todo = [oid]
-        while todo:
-            value = self.objects.pop(todo.pop()).value
-            for name, size in value.segments():
-                self._retire(name, size)
-            for inner in value.refs:
-                self.release(inner, todo)
-
-    def _retire(self, name: str, size: int) -> None:
-        """A freed object's segment: pool it once no process maps it (workers confirm)."""
-        readers = {i for i in self.readers.pop(name, ()) if i in self.workers}
-        unused, mm = segments.mappings.detach(name)
-        if not unused:   # an array in the driver still uses it: never overwrite, just unlink
-            segments.unlink_segments([name])
-            return
-        if not readers:
-            return self._recycle(name, size, mm)
-        self.releasing[name] = (size, readers, mm)
-        for index in readers:
-            self._send(self.workers[index], ("forget", [name]))
-
-    def _recycle(self, name: str, size: int, mm=None) -> None:
-        if not segments.pool.give(name, size, mm):
-            if mm is not None:
-                mm.close()
-            segments.unlink_segments([name])
-
-    def _msg_released(self, w: WorkerProc, names: list) -> None:
-        for name in names:
-            self._reader_done(name, w.index)
-
-    def _reader_done(self, name: str, index: int) -> None:
-        entry = self.releasing.get(name)
-        if entry is not None:
-            entry[1].discard(index)
-            if not entry[1]:
-                del self.releasing[name]
-                self._recycle(name, entry[0], entry[2])
-
-    def _sent(self, w: WorkerProc, values) -> None:
-        """Remember which workers may map which segments."""
-        for value in values:
-            if value is not None and value.buffers:
-                for name, _ in value.segments():
-                    self.readers.setdefault(name, set()).add(w.index)
-
     # ------------------------------------------------------------------ submission
     def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
         if fn_bytes is not None:
             self.functions.setdefault(spec.fn_id, fn_bytes)
-        self._new_entries(spec.return_ids)
+        self.table.new_entries(spec.return_ids)
         if spec.return_ids:
             self.producers[spec.return_ids[0]] = spec
-        lost = next((dep for dep in spec.deps if dep not in self.objects), None)
+        lost = next((dep for dep in spec.deps if dep not in self.table.objects), None)
         if lost is not None:
             return self._finish(spec, _error_value(exceptions.ObjectLostError(
                 f"argument {lost:028x} of {spec.name} was freed before the task ran")))
-        self._hold(spec.deps)
-        self._hold(spec.args.refs)
+        self.table.hold(spec.deps)
+        self.table.hold(spec.args.refs)
         self.holding.add(spec.task_id)
         if spec.kind == "actor_call":
             actor = self.actors.get(spec.actor_id)
@@ -314,17 +182,14 @@ class Node:
             message = (f"{spec.name} asks for {self.res.describe(request)} but this node has "
                        f"{self.res.describe(self.res.total)}; it can never be scheduled")
         if message:
-            for oid in spec.return_ids:
-                self.objects[oid].infeasible = message
-                for waiter in self.objects[oid].waiters:
-                    waiter.infeasible(message)
+            self.table.mark_infeasible(spec.return_ids, message)
             if spec.kind == "actor_create":
                 self.actors[spec.actor_id].state, self.actors[spec.actor_id].error = "DEAD", message
             return self._drop_args(spec)   # it never runs
         self._when_deps_ready(spec, lambda: self._enqueue(spec))
 
     def _when_deps_ready(self, spec: TaskSpec, then) -> None:
-        missing = [d for d in spec.deps if self.objects[d].value is None]
+        missing = self.table.missing(spec.deps)
         if not missing:
             return then()
         def resolved(_timed_out, waiter):
@@ -338,7 +203,7 @@ class Node:
                     self._resume_actor(actor)
                 return
             then()
-        self.add_waiter(Waiter(resolved), missing, None)
+        self.table.add_waiter(Waiter(resolved), missing, None)
 
     def _enqueue(self, spec: TaskSpec) -> None:
         if spec.task_id in self.cancelled:
@@ -351,7 +216,7 @@ class Node:
     def _schedule(self) -> None:
         if self.groups.pending:
             for group in self.groups.place():
-                self._set_value(group.ready_id, serialization.dumps(True, None))
+                self.table.set_value(group.ready_id, serialization.dumps(True, None))
         for key in list(self.queues):
             queue = self.queues[key]
             while queue:
@@ -397,7 +262,7 @@ class Node:
     # -- placement groups (raylite.core.placement_groups is the API) --
     def create_group(self, pg_id: int, bundles: list, strategy: str, name: str, ready_id: int) -> None:
         self.groups.create(pg_id, bundles, strategy, name, ready_id)
-        self.objects[ready_id] = ObjectEntry()   # its one ref: the group's own, dropped at removal
+        self.table.new_entries([ready_id])   # its one ref: the group's own, dropped at removal
 
     def remove_group(self, pg_id: int) -> None:
         group = self.groups.remove(pg_id)
@@ -410,11 +275,11 @@ class Node:
         for w in self.workers.values():
             if w.task is not None and w.task.placement is not None and w.task.placement[0] == pg_id:
                 self._signal(w, signal.SIGKILL)   # its death is then final (see _worker_gone)
-        entry = self.objects.get(group.ready_id)
+        entry = self.table.objects.get(group.ready_id)
         if entry is not None and entry.value is None:
-            self._set_value(group.ready_id, _error_value(exceptions.RayError(
+            self.table.set_value(group.ready_id, _error_value(exceptions.RayError(
                 f"placement group {group.name or pg_id} was removed before it was placed")))
-        self.release(group.ready_id)
+        self.table.release(group.ready_id)
 
     def group_info(self, pg_id: int | None = None, name: str | None = None, handle: bool = False):
         """A live group's (id, bundles in units, ready id) by id or name with ``handle``; else the
@@ -486,9 +351,9 @@ class Node:
         if spec.fn_id and spec.fn_id not in w.functions:
             fn_bytes = self.functions[spec.fn_id]
             w.functions.add(spec.fn_id)
-        deps = {d: self.objects[d].value for d in spec.deps}
+        deps = {d: self.table.objects[d].value for d in spec.deps}
         if deps:
-            self._sent(w, deps.values())
+            self.table.sent(w.index, deps.values())
         alloc = w.alloc
         assigned = {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {}
         accel = {r: list(ids) for r, ids in alloc.device_ids.items() if ids} if alloc else {}
@@ -506,7 +371,7 @@ class Node:
             self.producers.pop(spec.return_ids[0], None)
         self.children.pop(spec.task_id, None)
         for oid, value in zip(spec.return_ids, results):
-            self._set_value(oid, value)
+            self.table.set_value(oid, value)
         self._drop_args(spec)
 
     def _drop_args(self, spec: TaskSpec) -> None:
@@ -514,14 +379,14 @@ class Node:
         if spec.task_id in self.holding:
             self.holding.discard(spec.task_id)
             for oid in spec.deps + spec.args.refs:
-                self.release(oid)
+                self.table.release(oid)
 
     # ------------------------------------------------------------------ actors
     def _pump_actor(self, actor: Actor) -> None:
         w = actor.worker
         while actor.queue and w is not None and actor.state == "ALIVE":
             spec = actor.queue[0]
-            if any(self.objects[d].value is None for d in spec.deps):
+            if self.table.missing(spec.deps):
                 if not actor.waiting_deps:
                     actor.waiting_deps = True
                     self._when_deps_ready(spec, lambda actor=actor: self._resume_actor(actor))
@@ -726,8 +591,7 @@ class Node:
         w.chan.close()
         self.dirty_channels.discard(w.chan)
         self.workers.pop(w.index, None)
-        for name in [n for n, (_, pending, _) in self.releasing.items() if w.index in pending]:
-            self._reader_done(name, w.index)   # its mappings died with it
+        self.table.reader_gone(w.index)
         pool = self.idle.get(w.key)
         if pool and w in pool:
             pool.remove(w)
@@ -798,11 +662,15 @@ class Node:
             self.children.setdefault(w.task.task_id, []).append(spec)
         self.submit(spec, fn_bytes)
 
+    def _msg_released(self, w: WorkerProc, names: list) -> None:
+        for name in names:
+            self.table.reader_done(name, w.index)
+
     def _msg_put(self, w: WorkerProc, oid: int, value) -> None:
-        self.put(oid, value)
+        self.table.put(oid, value)
 
     def _msg_refs(self, w: WorkerProc, ops: list) -> None:
-        handlers = {"pin": self.pin, "release": self.release, "addref": self.addref}
+        handlers = {"pin": self.table.pin, "release": self.table.release, "addref": self.table.addref}
         for op, oid in ops:
             handlers[op](oid)
 
@@ -816,8 +684,8 @@ class Node:
             elif waiter.lost_id is not None:
                 payload = (False, exceptions.ObjectLostError(f"object {waiter.lost_id:028x} was freed"))
             else:
-                payload = (True, [self.objects[i].value for i in ids])
-                self._sent(w, payload[1])
+                payload = (True, [self.table.objects[i].value for i in ids])
+                self.table.sent(w.index, payload[1])
             if w.index in self.workers:
                 self._send(w, ("reply", req, payload))
         self._block_until(w, Waiter(reply), ids, timeout)
@@ -826,11 +694,11 @@ class Node:
         def reply(timed_out: bool, waiter=None):
             self._unblock(w)
             if w.index in self.workers:
-                self._send(w, ("reply", req, self.ready_ids(ids)))
+                self._send(w, ("reply", req, self.table.ready_ids(ids)))
         self._block_until(w, Waiter(reply, num_returns), ids, timeout)
 
     def _block_until(self, w: WorkerProc, waiter: Waiter, ids, timeout) -> None:
-        self.add_waiter(waiter, ids, timeout)
+        self.table.add_waiter(waiter, ids, timeout)
         if not waiter.done and w.next is not None:   # it may wait on the task queued behind it
             self._recall(w)
         if not waiter.done and w.alloc is not None and not w.blocked:
@@ -838,9 +706,6 @@ class Node:
             if cpu:   # a blocked worker gives its CPU back, so nested work cannot deadlock
                 w.alloc.pool.adjust("CPU", cpu)
                 w.blocked = cpu
-
-    def ready_ids(self, ids) -> set[int]:
-        return {i for i in ids if (e := self.objects.get(i)) is not None and e.value is not None}
 
     def _msg_kill(self, w: WorkerProc, actor_id: int, no_restart: bool) -> None:
         self.kill(actor_id, no_restart)
