@@ -12,6 +12,15 @@
                         resources_per_trial={"cpu": 1, "gpu": 0.5})
     print(analysis.best_config)
 
+or with Ray 2's current API, a thin layer over `tune.run` (tuner.py):
+
+    tuner = tune.Tuner(tune.with_resources(trainable, {"cpu": 1, "gpu": 0.5}),
+                       param_space={"lr": tune.loguniform(1e-4, 1e-1)},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=20),
+                       run_config=tune.RunConfig(name="exp", failure_config=tune.FailureConfig(max_failures=2)))
+    best = tuner.fit().get_best_result()     # a ResultGrid; failed trials are in its .errors
+    print(best.config, best.metrics["loss"])
+
 Optuna does the sampling (RandomSampler by default, TPE with OptunaSearch), the pruning (ASHA and
 the median rule are its SuccessiveHalvingPruner and MedianPruner) and the trial database (an
 SQLite study in the experiment directory). raylite.tune only uses raylite's public API: each
@@ -27,6 +36,8 @@ _LAZY = {
     "ASHAScheduler": "schedulers", "AsyncHyperBandScheduler": "schedulers", "FIFOScheduler": "schedulers",
     "MedianStoppingRule": "schedulers", "OptunaPruner": "schedulers", "TrialScheduler": "schedulers",
     "BasicVariantGenerator": "search", "OptunaSearch": "search", "Searcher": "search", "Trial": "trial",
+    **{n: "tuner" for n in ("CheckpointConfig", "FailureConfig", "PlacementGroupFactory", "Result", "ResultGrid",
+                            "RunConfig", "TuneConfig", "Tuner", "with_resources")},
     **{n: "search_space" for n in ("choice", "grid_search", "lograndint", "loguniform", "qlograndint",
                                    "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn",
                                    "sample_from", "uniform")},
@@ -54,8 +65,9 @@ def __dir__():
 
 
 __all__ = ["ASHAScheduler", "AsyncHyperBandScheduler", "BasicVariantGenerator", "Callback", "Checkpoint",
-           "ExperimentAnalysis", "FIFOScheduler", "MedianStoppingRule", "OptunaPruner", "OptunaSearch", "Searcher",
-           "Trial", "TrialScheduler", "TuneError", "choice", "get_checkpoint", "get_trial_dir", "get_trial_id",
-           "get_trial_resources", "grid_search", "lograndint", "loguniform", "qlograndint", "qloguniform",
-           "qrandint", "qrandn", "quniform", "randint", "randn", "report", "run", "sample_from", "uniform",
-           "with_parameters"]
+           "CheckpointConfig", "ExperimentAnalysis", "FIFOScheduler", "FailureConfig", "MedianStoppingRule",
+           "OptunaPruner", "OptunaSearch", "PlacementGroupFactory", "Result", "ResultGrid", "RunConfig", "Searcher",
+           "Trial", "TrialScheduler", "TuneConfig", "TuneError", "Tuner", "choice", "get_checkpoint",
+           "get_trial_dir", "get_trial_id", "get_trial_resources", "grid_search", "lograndint", "loguniform",
+           "qlograndint", "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn", "report", "run",
+           "sample_from", "uniform", "with_parameters", "with_resources"]

@@ -36,6 +36,8 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     See README "Hyperparameter search (raylite.tune)" for every argument.
     """
     from raylite.tune.runner import TrialRunner
+    from raylite.tune.tuner import split_resources
+    trainable, resources_per_trial = split_resources(trainable, resources_per_trial)
     _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures, stop)
     search_alg = search_alg if search_alg is not None else BasicVariantGenerator()
     if not isinstance(search_alg, Searcher):
@@ -54,17 +56,24 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     return analysis
 
 
-def normalize_resources(resources) -> dict[str, float]:
+def normalize_resources(resources, what: str = "resources_per_trial") -> dict[str, float]:
+    """Ray's resource keys ({"cpu": 1, "gpu": 0.5, "custom": 2}) as raylite's ({"CPU": 1.0, ...});
+    a tune.PlacementGroupFactory is the sum of its bundles (a trial is one task on one machine)."""
     if resources is None:
         return {"CPU": 1.0}
     if not isinstance(resources, dict):
-        raise TypeError(f"resources_per_trial must be a dict like {{'cpu': 1, 'gpu': 0.5}}, "
+        from raylite.tune.tuner import PlacementGroupFactory
+        if isinstance(resources, PlacementGroupFactory):
+            return dict(resources.required_resources)
+        raise TypeError(f"{what} must be a dict like {{'cpu': 1, 'gpu': 0.5}} or a tune.PlacementGroupFactory, "
                         f"got {type(resources).__name__}")
     out: dict[str, float] = {}
     for key, value in resources.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{what}: resource names must be strings, got {key!r}")
         name = {"cpu": "CPU", "gpu": "GPU", "num_cpus": "CPU", "num_gpus": "GPU"}.get(key, key)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or math.isnan(value):
-            raise ValueError(f"resources_per_trial[{key!r}] must be a non-negative number, got {value!r}")
+            raise ValueError(f"{what}[{key!r}] must be a non-negative number, got {value!r}")
         if value:
             out[name] = out.get(name, 0.0) + float(value)
     out.setdefault("CPU", 0.0)

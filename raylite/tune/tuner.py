@@ -1,0 +1,365 @@
+"""Ray Tune's current entry point, `Tuner(...).fit()` -> `ResultGrid`, as a thin layer over `tune.run`.
+
+    tuner = tune.Tuner(tune.with_resources(trainable, {"cpu": 2}),
+                       param_space={"lr": tune.loguniform(1e-4, 1e-1)},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=20),
+                       run_config=tune.RunConfig(name="exp", failure_config=tune.FailureConfig(max_failures=2)))
+    best = tuner.fit().get_best_result()
+
+The Tuner only maps its configs onto `tune.run`'s arguments (one runner, one storage layout), with
+Ray's Tuner semantics on top: failed trials do not raise (they are in `ResultGrid.errors`), and the
+settings are saved as `tuner.pkl` in the experiment directory so `Tuner.restore(path, trainable)`
+can continue an interrupted experiment (`tune.run(..., resume=True)` underneath).
+`RunConfig`, `FailureConfig` and `CheckpointConfig` are raylite.train's classes, as in Ray, where
+`ray.tune.RunConfig` is Ray Train's.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from raylite.train.config import CheckpointConfig, FailureConfig, RunConfig
+from raylite.train.result import Result as _TrainResult
+from raylite.tune.analysis import ExperimentAnalysis
+from raylite.tune.api import TuneError, _check_arguments, normalize_resources, run
+from raylite.tune.schedulers import as_scheduler
+from raylite.tune.search import Searcher
+from raylite.tune.session import Checkpoint, with_parameters
+from raylite.tune.storage import ExperimentStorage, read_results
+from raylite.tune.trial import ERROR, TERMINATED, Trial
+
+TUNER_FILE = "tuner.pkl"
+_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+__all__ = ["CheckpointConfig", "FailureConfig", "PlacementGroupFactory", "Result", "ResultGrid", "RunConfig",
+           "TuneConfig", "Tuner", "with_resources"]
+
+
+# ---------------------------------------------------------------------------- resources
+class PlacementGroupFactory:
+    """Ray's per-trial resource request as bundles, e.g. `[{"CPU": 1, "GPU": 1}, {"CPU": 2}]`.
+
+    raylite runs each trial as one task on one machine, so a factory asks for the sum of its
+    bundles (`required_resources`), held by the trial's task; `strategy` is accepted and has no
+    effect. A trial's nested tasks and actors then share what the trial holds only insofar as the
+    trial blocks in `get` (which gives its CPU back): the bundles are not reserved for them.
+    """
+
+    def __init__(self, bundles: list[dict], strategy: str = "PACK"):
+        if not isinstance(bundles, (list, tuple)) or not bundles:
+            raise ValueError(f"PlacementGroupFactory(bundles=...) must be a non-empty list of dicts such as "
+                             f"[{{'CPU': 1, 'GPU': 1}}, {{'CPU': 2}}], got {bundles!r}")
+        if strategy not in _STRATEGIES:
+            raise ValueError(f"PlacementGroupFactory(strategy=...) must be one of {_STRATEGIES}, got {strategy!r}")
+        self.bundles, self.strategy = [], strategy
+        total: dict[str, float] = {}
+        for i, bundle in enumerate(bundles):
+            if not isinstance(bundle, dict):
+                raise TypeError(f"PlacementGroupFactory bundle {i} must be a dict such as {{'CPU': 1}}, got {bundle!r}")
+            self.bundles.append(dict(bundle))
+            for key, value in normalize_resources(bundle, f"PlacementGroupFactory bundle {i}").items():
+                total[key] = total.get(key, 0.0) + value
+        self.required_resources = total
+
+    def __eq__(self, other) -> bool:
+        return (isinstance(other, PlacementGroupFactory) and self.bundles == other.bundles
+                and self.strategy == other.strategy)
+
+    def __repr__(self) -> str:
+        return f"PlacementGroupFactory({self.bundles!r}, strategy={self.strategy!r})"
+
+
+class _WithResources:
+    """What `with_resources` returns: the trainable plus its normalized resources."""
+
+    def __init__(self, trainable, resources: dict[str, float]):
+        self.trainable, self.resources = trainable, resources
+        self.__name__ = getattr(trainable, "__name__", "trainable")
+
+    def __call__(self, config, **kwargs):
+        return self.trainable(config, **kwargs)
+
+
+def with_resources(trainable: Callable, resources: dict | PlacementGroupFactory) -> Callable:
+    """Ray's `tune.with_resources`: the resources every trial of `trainable` holds, as a dict
+    (`{"cpu": 2, "gpu": 0.5, "custom": 1}`, the form of `tune.run(resources_per_trial=...)`) or a
+    `PlacementGroupFactory` (the sum of its bundles). Works with `Tuner` and `tune.run`, around or
+    inside `with_parameters`."""
+    if not isinstance(resources, (dict, PlacementGroupFactory)):
+        if callable(resources):
+            raise NotImplementedError(
+                "tune.with_resources(trainable, resources=<function>): resources chosen per config are not "
+                "supported (every trial of a raylite.tune experiment holds the same resources); pass a dict "
+                "like {'cpu': 2, 'gpu': 0.5} or a tune.PlacementGroupFactory")
+        raise TypeError(f"with_resources(resources=...) must be a dict like {{'cpu': 2, 'gpu': 0.5}} or a "
+                        f"tune.PlacementGroupFactory, got {type(resources).__name__}")
+    return _WithResources(trainable, normalize_resources(resources, "with_resources(resources=...)"))
+
+
+def split_resources(trainable: Callable, resources_per_trial: dict | PlacementGroupFactory | None
+                    ) -> tuple[Callable, dict | PlacementGroupFactory | None]:
+    """(trainable, resources_per_trial) with a `with_resources` wrapper taken off (also one under
+    `with_parameters`, which stays outermost so the runner still puts its objects once)."""
+    inner = trainable.trainable if isinstance(trainable, with_parameters) else trainable
+    if not isinstance(inner, _WithResources):
+        return trainable, resources_per_trial
+    if resources_per_trial is not None:
+        raise ValueError("resources given twice: by tune.with_resources(...) and by resources_per_trial; "
+                         "keep one")
+    if inner is trainable:
+        return inner.trainable, inner.resources
+    return with_parameters(inner.trainable, **trainable.kwargs), inner.resources
+
+
+# ---------------------------------------------------------------------------- configs
+@dataclass
+class TuneConfig:
+    """Ray's `TuneConfig`, its fields in its order (not trial_name_creator / trial_dirname_creator:
+    trial directories are named by trial id). `max_concurrent_trials` 0 or None: no limit;
+    `time_budget_s` may be a `datetime.timedelta`; `reuse_actors` is accepted and has no effect
+    (trials are tasks on raylite's reused worker processes)."""
+
+    mode: str | None = None
+    metric: str | None = None
+    search_alg: Searcher | None = None
+    scheduler: Any = None
+    num_samples: int = 1
+    max_concurrent_trials: int | None = None
+    time_budget_s: float | datetime.timedelta | None = None
+    reuse_actors: bool = False
+
+    def __post_init__(self):
+        if self.mode not in (None, "min", "max"):
+            raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {self.mode!r}")
+        if self.metric is not None and not isinstance(self.metric, str):
+            raise TypeError(f"TuneConfig.metric must be a metric name (str), got {self.metric!r}")
+        if self.search_alg is not None and not isinstance(self.search_alg, Searcher):
+            raise TypeError(f"TuneConfig.search_alg must be a tune searcher (OptunaSearch, BasicVariantGenerator), "
+                            f"got {type(self.search_alg).__name__}")
+        as_scheduler(self.scheduler)   # a TypeError naming the type for anything else
+        if not _is_int(self.num_samples) or (self.num_samples < 1 and self.num_samples != -1):
+            raise ValueError(f"TuneConfig.num_samples must be a positive integer (or -1: until stopped), "
+                             f"got {self.num_samples!r}")
+        if self.max_concurrent_trials is not None and (not _is_int(self.max_concurrent_trials)
+                                                       or self.max_concurrent_trials < 0):
+            raise ValueError(f"TuneConfig.max_concurrent_trials must be an integer >= 0 (0 or None: no limit), "
+                             f"got {self.max_concurrent_trials!r}")
+        if isinstance(self.time_budget_s, datetime.timedelta):
+            self.time_budget_s = self.time_budget_s.total_seconds()
+        if self.time_budget_s is not None and (not isinstance(self.time_budget_s, (int, float))
+                                               or isinstance(self.time_budget_s, bool) or not self.time_budget_s > 0):
+            raise ValueError(f"TuneConfig.time_budget_s must be a positive number of seconds or a timedelta, "
+                             f"got {self.time_budget_s!r}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# ---------------------------------------------------------------------------- results
+class Result(_TrainResult):
+    """One trial's outcome (Ray's `tune.Result`): raylite.train's Result, plus `config`, which is
+    also `metrics["config"]` as in Ray. `error` is a TuneError holding the trial's traceback."""
+
+    @property
+    def config(self) -> dict | None:
+        return (self.metrics or {}).get("config")
+
+
+def _trial_result(trial: Trial) -> Result:
+    error = None
+    if trial.status == ERROR:
+        text = None
+        if trial.error_file:
+            with open(trial.error_file) as f:
+                text = f.read()
+        error = TuneError(text or trial.error_msg or "trial failed")
+    return Result(metrics={**trial.last_result, "config": trial.config}, checkpoint=trial.checkpoint, error=error,
+                  path=trial.path, metrics_history=read_results(trial.path),
+                  best_checkpoints=[(Checkpoint(p), r) for p, r in trial.checkpoints if os.path.isdir(p)])
+
+
+class ResultGrid:
+    """What `Tuner.fit()` returns: one `Result` per trial, in trial order, over the experiment's
+    `ExperimentAnalysis` (which ranks the trials)."""
+
+    def __init__(self, experiment_analysis: ExperimentAnalysis):
+        self._analysis = experiment_analysis
+        self._results = [_trial_result(t) for t in experiment_analysis.trials]
+
+    @property
+    def experiment_path(self) -> str | None:
+        return self._analysis.experiment_path
+
+    def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
+                        filter_nan_and_inf: bool = True) -> Result:
+        """The best trial's Result by `metric`/`mode` (default: the TuneConfig's); `scope` as in
+        `ExperimentAnalysis.get_best_trial`. A single trial is returned as is (as in Ray)."""
+        if len(self._results) == 1:
+            return self._results[0]
+        for name, value in (("metric", metric), ("mode", mode)):
+            if not value and not getattr(self._analysis, f"default_{name}"):
+                raise ValueError(f"no {name}: pass get_best_result({name}=...) or set TuneConfig({name}=...)")
+        best = self._analysis.get_best_trial(metric, mode, scope, filter_nan_and_inf)
+        if best is None:
+            raise RuntimeError(f"no best trial for metric {metric or self._analysis.default_metric!r}: no trial "
+                               f"reported it" + (", or every value was NaN or infinite (filter_nan_and_inf=False "
+                                                 "keeps those)" if filter_nan_and_inf else ""))
+        return self._results[self._analysis.trials.index(best)]
+
+    def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None):
+        """One row per trial (its last result, or its best by `filter_metric`/`filter_mode`), with
+        config/* columns; pandas."""
+        if filter_metric and filter_mode not in ("min", "max"):
+            raise ValueError(f"filter_mode must be 'min' or 'max' with filter_metric, got {filter_mode!r}")
+        return self._analysis.dataframe(metric=filter_metric, mode=filter_mode)
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def __getitem__(self, i: int) -> Result:
+        return self._results[i]
+
+    def __iter__(self):
+        return iter(self._results)
+
+    @property
+    def errors(self) -> list[TuneError]:
+        return [r.error for r in self._results if r.error]
+
+    @property
+    def num_errors(self) -> int:
+        return sum(t.status == ERROR for t in self._analysis.trials)
+
+    @property
+    def num_terminated(self) -> int:
+        return sum(t.status == TERMINATED for t in self._analysis.trials)
+
+    def __repr__(self) -> str:
+        return f"ResultGrid<{len(self)} results at {self.experiment_path}, {self.num_errors} errored>"
+
+
+# ---------------------------------------------------------------------------- the Tuner
+def _check_type(name: str, value, cls: type) -> None:
+    if not isinstance(value, cls):
+        raise TypeError(f"Tuner: {name} must be a tune.{cls.__name__}, got {type(value).__name__}")
+
+
+class Tuner:
+    """Ray's `Tuner`: configure with `param_space`, `TuneConfig` and `RunConfig`, run with `fit()`."""
+
+    def __init__(self, trainable: Callable, *, param_space: dict | None = None, tune_config: TuneConfig | None = None,
+                 run_config: RunConfig | None = None):
+        if param_space is not None and not isinstance(param_space, dict):
+            raise ValueError(f"Tuner(param_space=...) must be a dict of values and search spaces "
+                             f"(tune.uniform(...), tune.grid_search([...]), ...), got {param_space!r}")
+        tune_config = TuneConfig() if tune_config is None else tune_config
+        run_config = RunConfig() if run_config is None else run_config
+        _check_type("tune_config", tune_config, TuneConfig)
+        _check_type("run_config", run_config, RunConfig)
+        failure_config = run_config.failure_config or FailureConfig()
+        checkpoint_config = run_config.checkpoint_config or CheckpointConfig()
+        _check_type("run_config.failure_config", failure_config, FailureConfig)
+        _check_type("run_config.checkpoint_config", checkpoint_config, CheckpointConfig)
+        if checkpoint_config != CheckpointConfig():
+            warnings.warn("RunConfig.checkpoint_config is ignored by raylite.tune: every checkpoint a trial reports "
+                          "is kept", stacklevel=2)
+        self._trainable, self._resources = split_resources(trainable, None)
+        self._max_failures = failure_config.max_failures
+        _check_arguments(self._trainable, tune_config.num_samples, tune_config.max_concurrent_trials or None,
+                         self._max_failures, run_config.stop)
+        self._trainable_name = getattr(trainable, "__name__", "trainable")
+        self._param_space, self._tune_config = param_space, tune_config
+        self._run_config = replace(run_config)   # fit() fills in the name; the caller's object stays as it was
+        self._resume = False
+
+    def _storage(self) -> ExperimentStorage:
+        rc = self._run_config
+        if rc.name is None:   # Ray's default, `<trainable>_<time>`, made unique under the storage path
+            root = ExperimentStorage(rc.storage_path, "x").root
+            base = f"{self._trainable_name}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
+            name, i = base, 1
+            while os.path.exists(os.path.join(root, name)):
+                name, i = f"{base}_{i}", i + 1
+            rc.name = name
+        return ExperimentStorage(rc.storage_path, rc.name)
+
+    def fit(self) -> ResultGrid:
+        """Run the experiment. Failed trials do not raise: see `ResultGrid.errors`; errors of the
+        experiment itself (e.g. resources no machine has) do."""
+        storage = self._storage()
+        if storage.exists() and not self._resume:
+            raise ValueError(f"an experiment already exists at {storage.path}: continue it with "
+                             f"tune.Tuner.restore({storage.path!r}, trainable), or choose another "
+                             f"RunConfig(name=...) or storage_path")
+        self._save(storage)
+        tc, rc = self._tune_config, self._run_config
+        analysis = run(self._trainable, config=self._param_space, num_samples=tc.num_samples,
+                       resources_per_trial=self._resources, metric=tc.metric, mode=tc.mode,
+                       search_alg=tc.search_alg, scheduler=tc.scheduler, stop=rc.stop,
+                       time_budget_s=tc.time_budget_s, max_concurrent_trials=tc.max_concurrent_trials or None,
+                       storage_path=storage.root, name=storage.name, resume=self._resume,
+                       max_failures=self._max_failures, raise_on_failed_trial=False, verbose=rc.verbose,
+                       callbacks=rc.callbacks)
+        return ResultGrid(analysis)
+
+    def get_results(self) -> ResultGrid:
+        """The ResultGrid of this Tuner's experiment as stored (e.g. after `restore`, without fitting)."""
+        if self._run_config.name is None:
+            raise RuntimeError("this Tuner has no experiment yet: call fit() first")
+        return ResultGrid(ExperimentAnalysis(self._storage().path))
+
+    def _save(self, storage: ExperimentStorage) -> None:
+        """Write tuner.pkl: what `restore` needs besides the trainable (pickled by value, as the
+        search space and searcher may be defined in the script)."""
+        import cloudpickle
+        state = {"trainable_name": self._trainable_name, "param_space": self._param_space,
+                 "tune_config": self._tune_config, "run_config": self._run_config}
+        try:
+            data = cloudpickle.dumps(state)
+        except Exception as e:  # noqa: BLE001 - the run itself does not need it
+            warnings.warn(f"Tuner.restore will not work for {storage.path}: its settings cannot be pickled "
+                          f"({type(e).__name__}: {e})", stacklevel=3)
+            return
+        os.makedirs(storage.path, exist_ok=True)
+        path = os.path.join(storage.path, TUNER_FILE)
+        with open(f"{path}.tmp{os.getpid()}", "wb") as f:
+            f.write(data)
+        os.replace(f"{path}.tmp{os.getpid()}", path)
+
+    @classmethod
+    def can_restore(cls, path: str | os.PathLike) -> bool:
+        """Whether `path` is an experiment directory a Tuner wrote (it has tuner.pkl)."""
+        return os.path.isfile(os.path.join(os.path.expanduser(os.fspath(path)), TUNER_FILE))
+
+    @classmethod
+    def restore(cls, path: str | os.PathLike, trainable: Callable, resume_unfinished: bool = True,
+                resume_errored: bool = False, restart_errored: bool = False,
+                param_space: dict | None = None) -> Tuner:
+        """Continue the experiment at `path` (moved there or not) with the same `trainable`:
+        finished and errored trials are kept, unfinished ones restart from their latest checkpoint,
+        and the rest of `num_samples` is run (`tune.run(..., resume=True)`). `param_space` may be
+        given again (e.g. for fresh object refs), not changed. Re-running errored trials
+        (`resume_errored`, `restart_errored`) and skipping unfinished ones are not supported."""
+        if resume_errored or restart_errored or not resume_unfinished:
+            raise NotImplementedError("Tuner.restore: raylite.tune keeps errored trials as they are and always "
+                                      "continues unfinished ones (resume_unfinished=True, resume_errored=False, "
+                                      "restart_errored=False)")
+        path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        if not cls.can_restore(path):
+            raise FileNotFoundError(f"no Tuner experiment at {path} ({TUNER_FILE} is missing)")
+        with open(os.path.join(path, TUNER_FILE), "rb") as f:
+            state = pickle.load(f)
+        name = getattr(trainable, "__name__", "trainable")
+        if name != state["trainable_name"]:
+            raise ValueError(f"Tuner.restore: the experiment at {path} ran trainable {state['trainable_name']!r}, "
+                             f"got {name!r}; pass the same trainable")
+        run_config = replace(state["run_config"], name=os.path.basename(path), storage_path=os.path.dirname(path))
+        tuner = cls(trainable, param_space=state["param_space"] if param_space is None else param_space,
+                    tune_config=state["tune_config"], run_config=run_config)
+        tuner._resume = True
+        return tuner
