@@ -107,3 +107,74 @@ def test_tensor_writes_stay_private(ray2):
     assert ray.get(scribble.remote(ref)) == float(N)
     assert ray.get(read.remote(ref)) == 0.0
     assert float(ray.get(ref).sum()) == 0.0
+
+
+def _huge_pages_available() -> bool:
+    """Whether this kernel gives a tmpfs file 2 MiB pages on request (MADV_COLLAPSE)."""
+    from raylite.core import segments
+    path = f"/dev/shm/raylite-probe-{os.getpid()}"
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, segments.HUGE_PAGE)
+        mapped = segments._map_huge(fd, segments.HUGE_PAGE, writable=True, fresh=True)
+        if mapped is not None:
+            mapped.close()
+        return mapped is not None
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def _pmd_mapped_kb() -> int:
+    """Shared memory this process maps with 2 MiB page-table entries."""
+    with open("/proc/self/smaps") as f:
+        return sum(int(line.split()[1]) for line in f if line.startswith("ShmemPmdMapped:"))
+
+
+@pytest.mark.timeout(60)
+def test_large_values_are_read_through_huge_pages(ray2):
+    if not _huge_pages_available():
+        pytest.skip("this kernel gives tmpfs no huge pages on request (MADV_COLLAPSE)")
+    n = (5 << 20) // 8 + 3   # 2 full huge pages, then a tail in small pages
+
+    @ray.remote
+    def read(arr):
+        return float(arr[:-3].sum()), arr[-3:].tolist(), _pmd_mapped_kb()
+
+    ref = ray.put(np.concatenate([np.ones(n - 3), [7.0, 8.0, 9.0]]))
+    assert any(name.endswith("-h") for name in _session_segments())
+    total, tail, pmd_kb = ray.get(read.remote(ref))
+    assert total == float(n - 3) and tail == [7.0, 8.0, 9.0]
+    assert pmd_kb >= 4096   # the worker's mapping uses the huge pages, not 4 KiB entries for them
+
+    del ref
+    time.sleep(0.1)
+    smaller = ray.put(np.arange((4 << 20) // 8 + 1, dtype=np.float64))   # reuses the pooled segment
+    assert ray.get(read.remote(smaller))[1][-1] == float((4 << 20) // 8)
+
+
+@pytest.mark.timeout(60)
+def test_task_results_use_huge_pages_too(ray2):
+    @ray.remote
+    def make(n):
+        return np.arange(n, dtype=np.float64)
+
+    n = (3 << 20) // 8 + 1
+    out = ray.get(make.remote(n))
+    assert out[-1] == float(n - 1) and float(out.sum()) == float(n - 1) * n / 2
+
+
+@pytest.mark.timeout(60)
+def test_segments_without_huge_pages_still_work(ray2, monkeypatch):
+    from raylite.core import segments
+    monkeypatch.setattr(segments, "_libc", False)   # as on a kernel without MADV_COLLAPSE
+    before = _session_segments()
+    ref = ray.put(np.full((3 << 20) // 8, 2.0))
+    new = _session_segments() - before
+    assert new and not any(name.endswith("-h") for name in new)
+
+    @ray.remote
+    def total(arr):
+        return float(arr.sum())
+
+    assert ray.get(total.remote(ref)) == 2.0 * ((3 << 20) // 8)

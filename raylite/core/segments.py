@@ -5,18 +5,95 @@ freed segments in a pool and writes later puts into them. A segment is reused on
 process can still see it: every worker that was sent it has closed its mapping (CPython refuses
 to close an mmap while a buffer view of it is alive, which is exactly "some array still uses it")
 and so has the driver. Until then it is merely unlinked-later, never overwritten.
+
+Huge pages. A segment of at least 2 MiB is asked for 2 MiB pages with MADV_COLLAPSE (Linux 6.1+),
+which works on tmpfs even where the kernel's shmem_enabled is "never" (the default). Workers
+then read a large array at the speed of the driver's own (numpy's memory is on huge pages too):
+with 4 KiB pages, summing 100 MB ran 1.5-3 ms slower here, and writing a fresh segment faulted
+in 25,600 pages. For the huge page-table entries, every mapping starts on a 2 MiB boundary
+(MAP_FIXED inside a reservation that Python's mmap object owns), and readers ask for them with
+MADV_COLLAPSE too, which for pages already huge only installs them. Such a segment's name ends
+in HUGE_MARK; where the kernel declines, segments are written and mapped as before.
 """
 from __future__ import annotations
 
 import itertools
 import mmap
 import os
+import sys
 import threading
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else os.environ.get("TMPDIR", "/tmp")
 SEGMENT_PREFIX = "raylite-"
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _counter = itertools.count()
+HUGE_PAGE = 2 << 20
+HUGE_MARK = "-h"
+_MAP_FIXED, _MADV_POPULATE_READ, _MADV_COLLAPSE = 0x10, 22, 25
+_libc = None   # (ctypes, libc) once loaded; False where unavailable
+
+
+class Mapping:
+    """A segment mapped at `off` inside `mm` (0, or past the alignment gap of a huge one)."""
+
+    __slots__ = ("mm", "off")
+
+    def __init__(self, mm: mmap.mmap, off: int = 0):
+        self.mm, self.off = mm, off
+
+    def view(self, size: int) -> memoryview:
+        return memoryview(self.mm)[self.off:self.off + size]
+
+    def close(self) -> None:
+        self.mm.close()
+
+
+def _syscalls():
+    global _libc
+    if _libc is None:
+        _libc = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.mmap.restype = ctypes.c_void_p
+                libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                      ctypes.c_long]
+                libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                _libc = (ctypes, libc)
+            except (ImportError, OSError, AttributeError):
+                pass
+    return _libc or None
+
+
+def _map_huge(fd: int, size: int, writable: bool, fresh: bool = False) -> Mapping | None:
+    """Map fd's first `size` bytes from a 2 MiB boundary and get them huge page-table entries;
+    None (nothing left mapped) where the kernel declines. `fresh`: the file is empty, so give
+    every 2 MiB one page first (MADV_COLLAPSE skips ranges with none) and let the kernel fill in
+    the rest as huge pages."""
+    calls = _syscalls()
+    if calls is None or size < HUGE_PAGE:
+        return None
+    ctypes, libc = calls
+    reserve = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    anchor = ctypes.c_char.from_buffer(reserve)
+    base = ctypes.addressof(anchor)
+    del anchor   # releases the export, so the reservation can close later
+    start = -(-base // HUGE_PAGE) * HUGE_PAGE
+    prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+    whole = size // HUGE_PAGE * HUGE_PAGE
+    if libc.mmap(start, size, prot, mmap.MAP_SHARED | _MAP_FIXED, fd, 0) != start:
+        reserve.close()
+        return None
+    if fresh:
+        for page in range(start, start + whole, HUGE_PAGE):
+            ctypes.memset(page, 0, 1)
+    if libc.madvise(start, whole, _MADV_COLLAPSE) != 0:
+        reserve.close()
+        return None
+    if size > whole and not writable:   # the tail has small pages: fault them in at once
+        libc.madvise(start + whole, size - whole, _MADV_POPULATE_READ)
+    return Mapping(reserve, start - base)
 
 
 def session_prefix(session: str) -> str:
@@ -30,30 +107,48 @@ def _path(name: str) -> str:
 def write_segment(prefix: str, raw: memoryview) -> tuple[str, int]:
     """Copy a buffer into a segment: a pooled one in the driver (pages ready), else a new file."""
     view = raw.cast("B")
-    reused = pool.take(len(view)) if pool is not None else None
+    n = len(view)
+    reused = pool.take(n) if pool is not None else None
     if reused is not None:
-        name, mm = reused
-        mm[:len(view)] = view
-        mappings.adopt(name, mm, len(view))   # the driver's own get() reads through it for free
-        return (name, len(view))
+        name, mapped = reused
+        mapped.mm[mapped.off:mapped.off + n] = view
+        mappings.adopt(name, mapped, n)   # the driver's own get() reads through it for free
+        return (name, n)
     name = f"{prefix}{os.getpid()}-{next(_counter)}"
     fd = os.open(_path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
-        done = 0
-        while done < len(view):
-            done += os.write(fd, view[done:])
+        mapped = None
+        if n >= HUGE_PAGE:
+            os.ftruncate(fd, n)
+            mapped = _map_huge(fd, n, writable=True, fresh=True)
+        if mapped is None:
+            done = 0
+            while done < n:
+                done += os.write(fd, view[done:])
+        else:
+            mapped.mm[mapped.off:mapped.off + n] = view
+            os.rename(_path(name), _path(name + HUGE_MARK))
+            name += HUGE_MARK
+            if pool is not None:   # in the driver: keep the mapping, as for a pooled segment
+                mappings.adopt(name, mapped, n)
+            else:
+                mapped.close()
     finally:
         os.close(fd)
-    return (name, len(view))
+    return (name, n)
 
 
-def map_segment(name: str, size: int, private: bool = False) -> mmap.mmap:
+def map_segment(name: str, size: int, private: bool = False) -> Mapping:
     """Map read-only and shared, or copy-on-write when a writer (a torch tensor) needs its own pages."""
     fd = os.open(_path(name), os.O_RDONLY)
     try:
         if private:
-            return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+            return Mapping(mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE))
+        if name.endswith(HUGE_MARK):
+            mapped = _map_huge(fd, size, writable=False)
+            if mapped is not None:
+                return mapped
+        return Mapping(mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ))
     finally:
         os.close(fd)
 
@@ -64,8 +159,8 @@ class MappingCache:
     MAX_BYTES = 1 << 30
 
     def __init__(self):
-        self.maps: dict[str, mmap.mmap] = {}
-        self.private: dict[str, list[mmap.mmap]] = {}
+        self.maps: dict[str, Mapping] = {}
+        self.private: dict[str, list[Mapping]] = {}
         self.names: dict[int, str] = {}   # id(mmap) -> segment name, to re-map tensors privately
         self.sizes: dict[str, int] = {}
         self.writable: set[str] = set()   # the driver's pooled segments, mapped for writing
@@ -75,56 +170,56 @@ class MappingCache:
         """A read-only view; while it (or an array on it) lives, the mapping cannot close."""
         if size == 0:
             return memoryview(b"")
-        mm = self.maps.get(name)
-        if mm is None:
-            mm = map_segment(name, size)
-            self._add(name, mm, size)
-        return memoryview(mm)[:size].toreadonly()
+        mapped = self.maps.get(name)
+        if mapped is None:
+            mapped = map_segment(name, size)
+            self._add(name, mapped, size)
+        return mapped.view(size).toreadonly()
 
-    def adopt(self, name: str, mm: mmap.mmap, size: int) -> None:
-        self._add(name, mm, size)
+    def adopt(self, name: str, mapped: Mapping, size: int) -> None:
+        self._add(name, mapped, size)
         self.writable.add(name)
 
-    def _add(self, name: str, mm: mmap.mmap, size: int) -> None:
-        self.maps[name] = mm
-        self.names[id(mm)] = name
+    def _add(self, name: str, mapped: Mapping, size: int) -> None:
+        self.maps[name] = mapped
+        self.names[id(mapped.mm)] = name
         self.sizes[name] = size
         self.bytes += size
         while self.bytes > self.MAX_BYTES and len(self.maps) > 1:
             self._drop(next(iter(self.maps)))
 
     def private_view(self, name: str, size: int) -> memoryview:
-        mm = map_segment(name, size, private=True)
-        self.private.setdefault(name, []).append(mm)
-        return memoryview(mm)
+        mapped = map_segment(name, size, private=True)
+        self.private.setdefault(name, []).append(mapped)
+        return mapped.view(size)
 
-    def _drop(self, name: str) -> mmap.mmap | None:
-        mm = self.maps.pop(name, None)
-        if mm is not None:
-            self.names.pop(id(mm), None)
+    def _drop(self, name: str) -> Mapping | None:
+        mapped = self.maps.pop(name, None)
+        if mapped is not None:
+            self.names.pop(id(mapped.mm), None)
             self.bytes -= self.sizes.pop(name, 0)
         self.writable.discard(name)
-        return mm
+        return mapped
 
     def release(self, name: str) -> bool:
         """Close every mapping of the segment; False while some buffer still uses one."""
         return self.detach(name)[0]
 
-    def detach(self, name: str) -> tuple[bool, mmap.mmap | None]:
+    def detach(self, name: str) -> tuple[bool, Mapping | None]:
         """Forget the segment: (False, None) while a buffer still uses it; else (True, the
         driver's writable mapping, kept open for the pool, or None)."""
         writable = name in self.writable
         mappings = [m for m in [self._drop(name)] + self.private.pop(name, []) if m is not None]
         busy, kept = [], None
-        for mm in mappings:
+        for mapped in mappings:
             try:
-                if writable and kept is None and mm is mappings[0]:
-                    mm.resize(len(mm))   # fails like close() while views exist, but keeps it open
-                    kept = mm
+                if writable and kept is None and mapped is mappings[0]:
+                    mapped.mm.resize(len(mapped.mm))   # fails like close() while views exist, but keeps it open
+                    kept = mapped
                 else:
-                    mm.close()
+                    mapped.close()
             except BufferError:
-                busy.append(mm)
+                busy.append(mapped)
         if busy:   # they close themselves when the last array on them goes
             return False, None
         return True, kept
@@ -143,10 +238,10 @@ class SegmentPool:
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.lock = threading.Lock()   # the node thread gives, user threads take
-        self.free: dict[str, tuple[int, mmap.mmap | None]] = {}
+        self.free: dict[str, tuple[int, Mapping | None]] = {}
         self.bytes = 0
 
-    def give(self, name: str, size: int, mm: mmap.mmap | None) -> bool:
+    def give(self, name: str, size: int, mm: Mapping | None) -> bool:
         with self.lock:
             if self.bytes + size > self.capacity:
                 return False
@@ -154,7 +249,7 @@ class SegmentPool:
             self.bytes += size
             return True
 
-    def take(self, n: int) -> tuple[str, mmap.mmap] | None:
+    def take(self, n: int) -> tuple[str, Mapping] | None:
         """The smallest pooled segment that holds n bytes without wasting half of it."""
         with self.lock:
             fits = [(size, name) for name, (size, _) in self.free.items() if n <= size <= 2 * n]
@@ -170,7 +265,8 @@ class SegmentPool:
         except FileNotFoundError:
             return None
         try:
-            return name, mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
+            mapped = _map_huge(fd, size, writable=True) if name.endswith(HUGE_MARK) else None
+            return name, mapped or Mapping(mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE))
         finally:
             os.close(fd)
 
