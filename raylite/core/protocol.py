@@ -74,6 +74,9 @@ class ArgRef:
     def __init__(self, object_id: int):
         self.object_id = object_id
 
+    def __reduce__(self):
+        return ArgRef, (self.object_id,)
+
 
 def encode(msg) -> bytes:
     data = pickle.dumps(msg, 5)

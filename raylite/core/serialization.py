@@ -13,10 +13,12 @@ import sys
 import types
 
 from raylite.core import objects
+from raylite.core.protocol import ArgRef
 from raylite.core.segments import mappings, write_segment
 
 INLINE_LIMIT = 1 << 20
 _SIMPLE = (int, float, str, bytes, bool, type(None))
+_PLAIN_ARGS = _SIMPLE + (ArgRef,)   # arguments plain pickle takes as they are (a ref's placeholder too)
 
 
 class Serialized:
@@ -94,7 +96,7 @@ def dumps_args(args: tuple, kwargs: dict, shm_prefix: str | None) -> Serialized:
     """(args, kwargs) in wire form, skipping cloudpickle for the common plain cases."""
     if not args and not kwargs:
         return _NO_ARGS
-    if all(type(a) in _SIMPLE for a in args) and all(type(v) in _SIMPLE for v in kwargs.values()):
+    if all(type(a) in _PLAIN_ARGS for a in args) and all(type(v) in _PLAIN_ARGS for v in kwargs.values()):
         return Serialized(pickle.dumps((args, kwargs), 5))
     return dumps((args, kwargs), shm_prefix)
 
