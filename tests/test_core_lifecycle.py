@@ -469,3 +469,53 @@ def test_preloaded_random_generators_differ_between_workers(monkeypatch):
         assert len({n for _, n, _ in draws}) == 4 and len({r for _, _, r in draws}) == 4
     finally:
         ray.shutdown()
+
+
+# --------------------------------------------------------------------------
+# Ctrl-C while the main thread runs node code (submit, get, ... run in the caller's thread)
+# --------------------------------------------------------------------------
+
+
+def test_ctrl_c_during_node_work_is_held_until_that_work_is_done(ray_init):
+    import threading
+
+    from raylite.core import api
+    ray_init(num_cpus=1)
+    node = api._node
+    finished = []
+
+    def command():
+        if threading.current_thread() is not threading.main_thread():
+            return   # queued to the node thread this time (it was busy): try again
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)   # the handler runs during this sleep: without the hold it raises here
+        finished.append(True)
+
+    for _ in range(50):
+        try:
+            node.call(command)
+        except KeyboardInterrupt:
+            break
+    else:
+        pytest.fail("the command never ran in the calling thread")
+    assert finished == [True]   # the command ran to its end, then Ctrl-C took effect
+    assert ray.get(ray.remote(lambda: 41).remote()) == 41
+
+
+def test_ctrl_c_handler_in_place_is_wrapped_and_restored(ray_init):
+    seen = []
+
+    def mine(signum, frame):
+        seen.append(signum)
+
+    before = signal.signal(signal.SIGINT, mine)
+    try:
+        ray_init(num_cpus=1)
+        assert signal.getsignal(signal.SIGINT) is not mine   # wrapped while raylite runs
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert seen == [signal.SIGINT]   # outside node work, the handler in place runs as before
+        ray.shutdown()
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -10,7 +10,7 @@ class WorkerProc:
     """A worker process as the driver sees it."""
 
     __slots__ = ("index", "chan", "key", "out_fd", "err_fd", "pid", "task", "alloc", "actor", "name",
-                 "calls", "max_calls", "blocked", "functions", "kill_on_hello", "partial", "next", "started",
+                 "calls", "max_calls", "blocked", "functions", "signal_on_hello", "partial", "next", "started",
                  "recalling")
 
     def __init__(self, index: int, chan: Channel, key: tuple, out_fd: int, err_fd: int):
@@ -25,7 +25,7 @@ class WorkerProc:
         self.max_calls = 0
         self.blocked = 0                      # CPU units lent back while it waits in get/wait
         self.functions: set[str] = set()      # function ids already sent to it
-        self.kill_on_hello = False
+        self.signal_on_hello = 0   # a signal asked for before the worker's pid was known
         self.partial: dict[int, bytes] = {}   # unfinished output line per pipe
         self.next: TaskSpec | None = None     # a tiny task sent ahead, run when `task` is done
         self.started = 0.0                    # when `task` was sent
