@@ -178,3 +178,15 @@ def test_segments_without_huge_pages_still_work(ray2, monkeypatch):
         return float(arr.sum())
 
     assert ray.get(total.remote(ref)) == 2.0 * ((3 << 20) // 8)
+
+
+@pytest.mark.timeout(60)
+def test_segment_read_by_a_driver_array_is_reused_once_the_array_goes(ray2):
+    out = ray.get(ray.put(np.full(N, 1.0)))   # the ref is gone at once; `out` still reads the segment
+    (name,) = _session_segments()
+    other = ray.put(np.full(N, 5.0))          # must not take the segment `out` reads
+    assert float(out.sum()) == float(N) and ray.get(other)[0] == 5.0
+    del other, out
+    again = ray.put(np.full(N, 2.0))
+    assert name in _session_segments()   # pooled once `out` went, not unlinked
+    assert ray.get(again)[0] == 2.0

@@ -44,8 +44,20 @@ class Mapping:
     def view(self, size: int) -> memoryview:
         return memoryview(self.mm)[self.off:self.off + size]
 
+    def in_use(self) -> bool:
+        """Whether a buffer (an array) still uses the mapping."""
+        try:
+            self.mm.resize(len(self.mm))   # fails like close() while views exist, but keeps it open
+        except BufferError:
+            return True
+        return False
+
     def close(self) -> None:
-        self.mm.close()
+        """Unmap now, or, while an array still uses the mapping, once the last one goes."""
+        try:
+            self.mm.close()
+        except BufferError:
+            pass
 
 
 def _syscalls():
@@ -206,21 +218,21 @@ class MappingCache:
         return self.detach(name)[0]
 
     def detach(self, name: str) -> tuple[bool, Mapping | None]:
-        """Forget the segment: (False, None) while a buffer still uses it; else (True, the
-        driver's writable mapping, kept open for the pool, or None)."""
+        """Forget the segment: (False, None) while a buffer of another mapping still uses it;
+        else (True, the driver's writable mapping, or None). That one stays open for the pool,
+        which hands it out again only once the driver's arrays on it are gone."""
         writable = name in self.writable
         mappings = [m for m in [self._drop(name)] + self.private.pop(name, []) if m is not None]
-        busy, kept = [], None
+        busy, kept = False, None
         for mapped in mappings:
+            if writable and kept is None and mapped is mappings[0]:
+                kept = mapped
+                continue
             try:
-                if writable and kept is None and mapped is mappings[0]:
-                    mapped.mm.resize(len(mapped.mm))   # fails like close() while views exist, but keeps it open
-                    kept = mapped
-                else:
-                    mapped.close()
-            except BufferError:
-                busy.append(mapped)
-        if busy:   # they close themselves when the last array on them goes
+                mapped.mm.close()
+            except BufferError:   # it closes itself when the last array on it goes
+                busy = True
+        if busy:
             return False, None
         return True, kept
 
@@ -233,25 +245,34 @@ class MappingCache:
 
 
 class SegmentPool:
-    """Segments no process maps any more, kept (pages allocated) for the driver's next puts."""
+    """Freed segments no worker maps any more, kept (pages allocated) for the driver's next puts.
+    One the driver's own arrays still read (`out = ray.get(ray.put(x))` outlives its ref) waits
+    in `lingering` until they are gone."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
-        self.lock = threading.Lock()   # the node thread gives, user threads take
+        self.lock = threading.Lock()   # the node gives, user threads take
         self.free: dict[str, tuple[int, Mapping | None]] = {}
+        self.lingering: dict[str, tuple[int, Mapping]] = {}
         self.bytes = 0
 
     def give(self, name: str, size: int, mm: Mapping | None) -> bool:
         with self.lock:
             if self.bytes + size > self.capacity:
                 return False
-            self.free[name] = (size, mm)
+            if mm is not None and mm.in_use():
+                self.lingering[name] = (size, mm)
+            else:
+                self.free[name] = (size, mm)
             self.bytes += size
             return True
 
     def take(self, n: int) -> tuple[str, Mapping] | None:
         """The smallest pooled segment that holds n bytes without wasting half of it."""
         with self.lock:
+            for name, (size, mm) in list(self.lingering.items()):
+                if not mm.in_use():
+                    self.free[name] = self.lingering.pop(name)
             fits = [(size, name) for name, (size, _) in self.free.items() if n <= size <= 2 * n]
             if not fits:
                 return None
