@@ -132,9 +132,11 @@ def _pmd_mapped_kb() -> int:
 
 
 @pytest.mark.timeout(60)
-def test_large_values_are_read_through_huge_pages(ray2):
+def test_large_values_are_read_through_huge_pages(ray2, monkeypatch):
+    from raylite.core import segments
     if not _huge_pages_available():
         pytest.skip("this kernel gives tmpfs no huge pages on request (MADV_COLLAPSE)")
+    monkeypatch.setattr(segments, "_huge_paused_until", 0.0)   # an earlier slow collapse may have paused them
     n = (5 << 20) // 8 + 3   # 2 full huge pages, then a tail in small pages
 
     @ray.remote
@@ -181,7 +183,11 @@ def test_segments_without_huge_pages_still_work(ray2, monkeypatch):
 
 
 @pytest.mark.timeout(60)
-def test_segment_read_by_a_driver_array_is_reused_once_the_array_goes(ray2):
+@pytest.mark.parametrize("huge", [True, False], ids=["huge-pages", "small-pages"])
+def test_segment_read_by_a_driver_array_is_reused_once_the_array_goes(ray2, monkeypatch, huge):
+    from raylite.core import segments
+    if not huge:
+        monkeypatch.setattr(segments, "_libc", False)
     out = ray.get(ray.put(np.full(N, 1.0)))   # the ref is gone at once; `out` still reads the segment
     (name,) = _session_segments()
     other = ray.put(np.full(N, 5.0))          # must not take the segment `out` reads

@@ -147,7 +147,7 @@ class ObjectTable:
         """A freed object's segment: pool it once no process maps it (workers confirm)."""
         readers = {i for i in self.readers.pop(name, ()) if i in self.workers}
         unused, mm = segments.mappings.detach(name)
-        if not unused:   # an array in the driver reads it through another mapping: just unlink
+        if not unused:   # a tensor in the driver has a private mapping of it: just unlink
             segments.unlink_segments([name])
             return
         if not readers:

@@ -22,6 +22,7 @@ import mmap
 import os
 import sys
 import threading
+import time
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else os.environ.get("TMPDIR", "/tmp")
 SEGMENT_PREFIX = "raylite-"
@@ -31,15 +32,21 @@ HUGE_PAGE = 2 << 20
 HUGE_MARK = "-h"
 _MAP_FIXED, _MADV_POPULATE_READ, _MADV_COLLAPSE = 0x10, 22, 25
 _libc = None   # (ctypes, libc) once loaded; False where unavailable
+# Fresh huge pages cost more than small ones where the hypervisor must first back the memory
+# (free page reporting) or the kernel must compact: slower than 0.5 ms per MB (writing small
+# pages costs about 0.7 ms per MB with the copy), new segments use small pages for a while.
+SLOW_HUGE_S_PER_BYTE = 0.5e-3 / (1 << 20)
+HUGE_PAUSE_S = 60.0
+_huge_paused_until = 0.0
 
 
 class Mapping:
     """A segment mapped at `off` inside `mm` (0, or past the alignment gap of a huge one)."""
 
-    __slots__ = ("mm", "off")
+    __slots__ = ("mm", "off", "writable")
 
-    def __init__(self, mm: mmap.mmap, off: int = 0):
-        self.mm, self.off = mm, off
+    def __init__(self, mm: mmap.mmap, off: int = 0, writable: bool = False):
+        self.mm, self.off, self.writable = mm, off, writable
 
     def view(self, size: int) -> memoryview:
         return memoryview(self.mm)[self.off:self.off + size]
@@ -50,6 +57,8 @@ class Mapping:
             self.mm.resize(len(self.mm))   # fails like close() while views exist, but keeps it open
         except BufferError:
             return True
+        except (OSError, TypeError, ValueError):   # not resizable, but no view either (checked first)
+            pass
         return False
 
     def close(self) -> None:
@@ -105,7 +114,7 @@ def _map_huge(fd: int, size: int, writable: bool, fresh: bool = False) -> Mappin
         return None
     if size > whole and not writable:   # the tail has small pages: fault them in at once
         libc.madvise(start + whole, size - whole, _MADV_POPULATE_READ)
-    return Mapping(reserve, start - base)
+    return Mapping(reserve, start - base, writable)
 
 
 def session_prefix(session: str) -> str:
@@ -126,13 +135,17 @@ def write_segment(prefix: str, raw: memoryview) -> tuple[str, int]:
         mapped.mm[mapped.off:mapped.off + n] = view
         mappings.adopt(name, mapped, n)   # the driver's own get() reads through it for free
         return (name, n)
+    global _huge_paused_until
     name = f"{prefix}{os.getpid()}-{next(_counter)}"
     fd = os.open(_path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         mapped = None
-        if n >= HUGE_PAGE:
+        if n >= HUGE_PAGE and time.monotonic() >= _huge_paused_until:
             os.ftruncate(fd, n)
+            started = time.monotonic()
             mapped = _map_huge(fd, n, writable=True, fresh=True)
+            if mapped is not None and time.monotonic() - started > n * SLOW_HUGE_S_PER_BYTE:
+                _huge_paused_until = time.monotonic() + HUGE_PAUSE_S
         if mapped is None:
             done = 0
             while done < n:
@@ -175,7 +188,6 @@ class MappingCache:
         self.private: dict[str, list[Mapping]] = {}
         self.names: dict[int, str] = {}   # id(mmap) -> segment name, to re-map tensors privately
         self.sizes: dict[str, int] = {}
-        self.writable: set[str] = set()   # the driver's pooled segments, mapped for writing
         self.bytes = 0
 
     def view(self, name: str, size: int) -> memoryview:
@@ -189,8 +201,8 @@ class MappingCache:
         return mapped.view(size).toreadonly()
 
     def adopt(self, name: str, mapped: Mapping, size: int) -> None:
+        """The driver's own writable mapping of a segment it just wrote: its get() reads through it."""
         self._add(name, mapped, size)
-        self.writable.add(name)
 
     def _add(self, name: str, mapped: Mapping, size: int) -> None:
         self.maps[name] = mapped
@@ -210,31 +222,31 @@ class MappingCache:
         if mapped is not None:
             self.names.pop(id(mapped.mm), None)
             self.bytes -= self.sizes.pop(name, 0)
-        self.writable.discard(name)
         return mapped
 
     def release(self, name: str) -> bool:
-        """Close every mapping of the segment; False while some buffer still uses one."""
-        return self.detach(name)[0]
+        """Close every mapping of the segment (a worker asked to forget it); False while some
+        array still uses one, which then closes when the last such array goes."""
+        busy = False
+        for mapped in [self._drop(name)] + self.private.pop(name, []):
+            if mapped is not None:
+                try:
+                    mapped.mm.close()
+                except BufferError:
+                    busy = True
+        return not busy
 
     def detach(self, name: str) -> tuple[bool, Mapping | None]:
-        """Forget the segment: (False, None) while a buffer of another mapping still uses it;
-        else (True, the driver's writable mapping, or None). That one stays open for the pool,
-        which hands it out again only once the driver's arrays on it are gone."""
-        writable = name in self.writable
-        mappings = [m for m in [self._drop(name)] + self.private.pop(name, []) if m is not None]
-        busy, kept = False, None
-        for mapped in mappings:
-            if writable and kept is None and mapped is mappings[0]:
-                kept = mapped
-                continue
+        """The driver forgets the segment: (False, None) while an array on a private
+        (copy-on-write) mapping of it lives; else (True, its shared mapping, if any), which the
+        pool hands out again only once no array reads it."""
+        kept, busy = self._drop(name), False
+        for mapped in self.private.pop(name, []):
             try:
                 mapped.mm.close()
-            except BufferError:   # it closes itself when the last array on it goes
+            except BufferError:
                 busy = True
-        if busy:
-            return False, None
-        return True, kept
+        return (False, None) if busy else (True, kept)
 
     def segment_of(self, array) -> str | None:
         """The segment an array from `view` lives in (None for in-band data)."""
@@ -263,7 +275,7 @@ class SegmentPool:
             if mm is not None and mm.in_use():
                 self.lingering[name] = (size, mm)
             else:
-                self.free[name] = (size, mm)
+                self.free[name] = (size, _for_writing(mm))
             self.bytes += size
             return True
 
@@ -272,7 +284,8 @@ class SegmentPool:
         with self.lock:
             for name, (size, mm) in list(self.lingering.items()):
                 if not mm.in_use():
-                    self.free[name] = self.lingering.pop(name)
+                    del self.lingering[name]
+                    self.free[name] = (size, _for_writing(mm))
             fits = [(size, name) for name, (size, _) in self.free.items() if n <= size <= 2 * n]
             if not fits:
                 return None
@@ -287,9 +300,17 @@ class SegmentPool:
             return None
         try:
             mapped = _map_huge(fd, size, writable=True) if name.endswith(HUGE_MARK) else None
-            return name, mapped or Mapping(mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE))
+            return name, mapped or Mapping(mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE), writable=True)
         finally:
             os.close(fd)
+
+
+def _for_writing(mapped: Mapping | None) -> Mapping | None:
+    """A pooled segment's mapping fit to write the next put into (None: map it again then)."""
+    if mapped is not None and not mapped.writable:
+        mapped.close()
+        return None
+    return mapped
 
 
 mappings = MappingCache()
