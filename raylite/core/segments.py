@@ -4,7 +4,7 @@ Writing fresh tmpfs pages is slow (the kernel allocates and maps every page), so
 freed segments in a pool and writes later puts into them. A segment is reused only once no
 process can still see it: every worker that was sent it has closed its mapping (CPython refuses
 to close an mmap while a buffer view of it is alive, which is exactly "some array still uses it")
-and so has the driver. Until then it is merely unlinked-later, never overwritten.
+and no array in the driver reads it any more (until then it lingers in the pool, never handed out).
 
 Huge pages. A segment of at least 2 MiB is asked for 2 MiB pages with MADV_COLLAPSE (Linux 6.1+),
 which works on tmpfs even where the kernel's shmem_enabled is "never" (the default). Workers
@@ -13,7 +13,8 @@ with 4 KiB pages, summing 100 MB ran 1.5-3 ms slower here, and writing a fresh s
 in 25,600 pages. For the huge page-table entries, every mapping starts on a 2 MiB boundary
 (MAP_FIXED inside a reservation that Python's mmap object owns), and readers ask for them with
 MADV_COLLAPSE too, which for pages already huge only installs them. Such a segment's name ends
-in HUGE_MARK; where the kernel declines, segments are written and mapped as before.
+in HUGE_MARK; where the kernel declines, segments are written and mapped as before, and after
+one slow collapse, for HUGE_PAUSE_S.
 """
 from __future__ import annotations
 
