@@ -32,7 +32,7 @@ _counter = itertools.count()
 HUGE_PAGE = 2 << 20
 HUGE_MARK = "-h"
 _MAP_FIXED, _MADV_POPULATE_READ, _MADV_COLLAPSE = 0x10, 22, 25
-_libc = None   # (ctypes, libc) once loaded; False where unavailable
+_libc = None   # see libc(); False where unavailable
 # Fresh huge pages cost more than small ones where the hypervisor must first back the memory
 # (free page reporting) or the kernel must compact: slower than 0.5 ms per MB (writing small
 # pages costs about 0.7 ms per MB with the copy), new segments use small pages for a while.
@@ -70,22 +70,24 @@ class Mapping:
             pass
 
 
-def _syscalls():
+def libc():
+    """libc through ctypes, with mmap and madvise typed (Linux only; None elsewhere). The zygote
+    uses it too (prctl, malloc_trim)."""
     global _libc
     if _libc is None:
         _libc = False
         if sys.platform.startswith("linux"):
             try:
                 import ctypes
-                libc = ctypes.CDLL(None, use_errno=True)
-                libc.mmap.restype = ctypes.c_void_p
-                libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                      ctypes.c_long]
-                libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-                _libc = (ctypes, libc)
+                lib = ctypes.CDLL(None, use_errno=True)
+                lib.mmap.restype = ctypes.c_void_p
+                lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                     ctypes.c_long]
+                lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                _libc = lib
             except (ImportError, OSError, AttributeError):
                 pass
-    return _libc or None
+    return _libc if _libc is not False else None
 
 
 def _map_huge(fd: int, size: int, writable: bool, fresh: bool = False) -> Mapping | None:
@@ -93,10 +95,10 @@ def _map_huge(fd: int, size: int, writable: bool, fresh: bool = False) -> Mappin
     None (nothing left mapped) where the kernel declines. `fresh`: the file is empty, so give
     every 2 MiB one page first (MADV_COLLAPSE skips ranges with none) and let the kernel fill in
     the rest as huge pages."""
-    calls = _syscalls()
-    if calls is None or size < HUGE_PAGE:
+    lib = libc()
+    if lib is None or size < HUGE_PAGE:
         return None
-    ctypes, libc = calls
+    import ctypes
     reserve = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     anchor = ctypes.c_char.from_buffer(reserve)
     base = ctypes.addressof(anchor)
@@ -104,17 +106,17 @@ def _map_huge(fd: int, size: int, writable: bool, fresh: bool = False) -> Mappin
     start = -(-base // HUGE_PAGE) * HUGE_PAGE
     prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
     whole = size // HUGE_PAGE * HUGE_PAGE
-    if libc.mmap(start, size, prot, mmap.MAP_SHARED | _MAP_FIXED, fd, 0) != start:
+    if lib.mmap(start, size, prot, mmap.MAP_SHARED | _MAP_FIXED, fd, 0) != start:
         reserve.close()
         return None
     if fresh:
         for page in range(start, start + whole, HUGE_PAGE):
             ctypes.memset(page, 0, 1)
-    if libc.madvise(start, whole, _MADV_COLLAPSE) != 0:
+    if lib.madvise(start, whole, _MADV_COLLAPSE) != 0:
         reserve.close()
         return None
     if size > whole and not writable:   # the tail has small pages: fault them in at once
-        libc.madvise(start + whole, size - whole, _MADV_POPULATE_READ)
+        lib.madvise(start + whole, size - whole, _MADV_POPULATE_READ)
     return Mapping(reserve, start - base, writable)
 
 
@@ -228,14 +230,13 @@ class MappingCache:
     def release(self, name: str) -> bool:
         """Close every mapping of the segment (a worker asked to forget it); False while some
         array still uses one, which then closes when the last such array goes."""
-        busy = False
-        for mapped in [self._drop(name)] + self.private.pop(name, []):
-            if mapped is not None:
-                try:
-                    mapped.mm.close()
-                except BufferError:
-                    busy = True
-        return not busy
+        unused, kept = self.detach(name)
+        if kept is not None:
+            try:
+                kept.mm.close()
+            except BufferError:
+                return False
+        return unused
 
     def detach(self, name: str) -> tuple[bool, Mapping | None]:
         """The driver forgets the segment: (False, None) while an array on a private

@@ -69,14 +69,6 @@ class Zygote:
             time.sleep(0.002)
 
 
-def _libc():
-    import ctypes
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
 def _set_parent_death_signal(libc) -> None:
     try:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -87,7 +79,7 @@ def _set_parent_death_signal(libc) -> None:
 def _serve(sock: socket.socket, session: str) -> None:
     from raylite.core import segments, serialization, worker  # preload what every worker needs
     serialization._pickler()
-    libc = _libc()
+    libc = segments.libc()
     _settle(libc)
     sock.send(b"ready")   # init() returns now; a preload below goes on while the driver runs
     preload = os.environ.get("RAYLITE_PRELOAD", "")
