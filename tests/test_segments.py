@@ -196,3 +196,24 @@ def test_segment_read_by_a_driver_array_is_reused_once_the_array_goes(ray2, monk
     again = ray.put(np.full(N, 2.0))
     assert name in _session_segments()   # pooled once `out` went, not unlinked
     assert ray.get(again)[0] == 2.0
+
+
+@pytest.mark.timeout(60)
+def test_pooled_segments_nobody_reuses_are_removed(ray2, monkeypatch):
+    """Each large task result is a new segment; freed, it is pooled for a later put. Results
+    that no put reuses must not pile up in /dev/shm until shutdown."""
+    from raylite.core import segments
+    monkeypatch.setattr(segments.SegmentPool, "IDLE_S", 0.3)
+
+    @ray.remote
+    def make(i):
+        return np.full(N, float(i))
+
+    before = _session_segments()
+    for i in range(8):
+        assert ray.get(make.remote(i))[0] == float(i)
+    kept = ray.get(ray.put(np.ones(N)))   # a driver array on a pooled segment (lingering once freed)
+    assert _session_segments() - before, "the results' segments were not pooled at all"
+    assert _settle(lambda: not (_session_segments() - before), timeout=10)   # the node trims on its own
+    assert segments.pool.bytes == 0
+    assert float(kept.sum()) == float(N)   # unlinking did not touch what the driver still reads

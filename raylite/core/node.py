@@ -41,6 +41,10 @@ def _internal_error() -> None:
     sys.stderr.write("raylite: internal error in the node manager:\n" + traceback.format_exc())
 
 
+def _earliest(*timeouts: float | None) -> float | None:
+    return min((t for t in timeouts if t is not None), default=None)
+
+
 def _queue_key(spec: TaskSpec) -> tuple:
     return tuple(sorted((spec.schedule_request or spec.request).items())), spec.placement
 
@@ -56,7 +60,7 @@ class Node:
         self.job_env = job_env   # init(runtime_env=...), under every task's and actor's own
         self.shm_prefix = segments.session_prefix(session)
         store = totals.get("object_store_memory", 0) // SCALE
-        segments.pool = segments.SegmentPool(min(store // 4, 4 << 30))
+        self.pool = segments.pool = segments.SegmentPool(min(store // 4, 4 << 30))
         self.sel = selectors.DefaultSelector()
         self.commands: deque = deque()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -169,7 +173,7 @@ class Node:
 
     def _loop(self) -> None:
         while True:
-            timeout = 0 if self.commands else self.table.next_timeout()
+            timeout = 0 if self.commands else _earliest(self.table.next_timeout(), self.pool.next_expiry())
             try:
                 ready = self.sel.select(timeout)
             except Exception:
@@ -196,6 +200,7 @@ class Node:
             if fn is not None:
                 fn(*args)
             self.table.fire_timers()
+            self.pool.expire()
             self._schedule()
             self._flush()
         except Exception:

@@ -261,38 +261,44 @@ class MappingCache:
 class SegmentPool:
     """Freed segments no worker maps any more, kept (pages allocated) for the driver's next puts.
     One the driver's own arrays still read (`out = ray.get(ray.put(x))` outlives its ref) waits
-    in `lingering` until they are gone."""
+    in `lingering` until they are gone. A segment no put took within IDLE_S is removed, so tasks
+    that return large values (each in a new segment) do not fill the pool up to its capacity."""
+
+    IDLE_S = 10.0
 
     def __init__(self, capacity: int):
         self.capacity = capacity
         self.lock = threading.Lock()   # the node gives, user threads take
-        self.free: dict[str, tuple[int, Mapping | None]] = {}
-        self.lingering: dict[str, tuple[int, Mapping]] = {}
+        self.free: dict[str, tuple[int, Mapping | None, float]] = {}
+        self.lingering: dict[str, tuple[int, Mapping, float]] = {}
         self.bytes = 0
+        self.due = float("inf")   # when the oldest entry expires
 
     def give(self, name: str, size: int, mm: Mapping | None) -> bool:
         with self.lock:
             if self.bytes + size > self.capacity:
                 return False
+            now = time.monotonic()
             if mm is not None and mm.in_use():
-                self.lingering[name] = (size, mm)
+                self.lingering[name] = (size, mm, now)
             else:
-                self.free[name] = (size, _for_writing(mm))
+                self.free[name] = (size, _for_writing(mm), now)
             self.bytes += size
+            self.due = min(self.due, now + self.IDLE_S)
             return True
 
     def take(self, n: int) -> tuple[str, Mapping] | None:
         """The smallest pooled segment that holds n bytes without wasting half of it."""
         with self.lock:
-            for name, (size, mm) in list(self.lingering.items()):
+            for name, (size, mm, since) in list(self.lingering.items()):
                 if not mm.in_use():
                     del self.lingering[name]
-                    self.free[name] = (size, _for_writing(mm))
-            fits = [(size, name) for name, (size, _) in self.free.items() if n <= size <= 2 * n]
+                    self.free[name] = (size, _for_writing(mm), since)
+            fits = [(size, name) for name, (size, _, _) in self.free.items() if n <= size <= 2 * n]
             if not fits:
                 return None
             size, name = min(fits)
-            _, mm = self.free.pop(name)
+            _, mm, _ = self.free.pop(name)
             self.bytes -= size
         if mm is not None:
             return name, mm
@@ -305,6 +311,28 @@ class SegmentPool:
             return name, mapped or Mapping(mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE), writable=True)
         finally:
             os.close(fd)
+
+    def next_expiry(self) -> float | None:
+        """Seconds until a pooled segment is due for removal (None: the pool is empty)."""
+        return None if self.due == float("inf") else max(0.0, self.due - time.monotonic())
+
+    def expire(self) -> None:
+        """Remove the segments pooled for longer than IDLE_S. A lingering one's mapping is only
+        dropped: the driver's arrays that read it keep it alive until they go."""
+        now = time.monotonic()
+        if now < self.due:
+            return
+        with self.lock:
+            old = [(table, name) for table in (self.free, self.lingering)
+                   for name, entry in table.items() if entry[2] + self.IDLE_S <= now]
+            for table, name in old:
+                size, mm, _ = table.pop(name)
+                self.bytes -= size
+                if mm is not None and table is self.free:
+                    mm.close()
+            self.due = min((e[2] + self.IDLE_S for table in (self.free, self.lingering) for e in table.values()),
+                           default=float("inf"))
+        unlink_segments([name for _, name in old])
 
 
 def _for_writing(mapped: Mapping | None) -> Mapping | None:
