@@ -295,6 +295,37 @@ def test_wait_timeout_zero_returns_immediately(ray_start, tmp_path):
     assert ready == [] and not_ready == [ref]
 
 
+def test_polling_a_running_task_leaves_nothing_behind(ray_start, tmp_path):
+    """A loop polling with wait(timeout) or get(timeout) (as a trainer does for days) must not
+    leave one record per poll on the object, nor a timer per early get (white-box)."""
+    from raylite.core import api
+    node = api._node
+
+    def state():
+        return ([len(e.waiters) for e in node.table.objects.values()],
+                sum(not t[2].done for t in node.table.timers), len(node.table.timers))
+
+    @ray.remote
+    def blocked(path):
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        return 1
+
+    ref = blocked.remote(str(tmp_path / "go"))
+    other = blocked.remote(str(tmp_path / "go"))
+    for _ in range(50):
+        assert ray.wait([ref, other], num_returns=1, timeout=0.001) == ([], [ref, other])
+        with pytest.raises(ray.exceptions.GetTimeoutError):
+            ray.get(ref, timeout=0.001)
+    assert node.call_sync(state)[:2] == ([0, 0], 0)
+    (tmp_path / "go").touch()
+    assert ray.get([ref, other], timeout=20) == [1, 1]
+    for _ in range(200):   # answered at once, each with an hour's timeout
+        assert ray.get(blocked.remote(str(tmp_path / "go")), timeout=3600) == 1
+    waiters, live_timers, timers = node.call_sync(state)
+    assert live_timers == 0 and timers <= 128
+
+
 # --------------------------------------------------------------------------
 # nested use
 # --------------------------------------------------------------------------

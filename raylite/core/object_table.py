@@ -23,6 +23,7 @@ class ObjectTable:
         self.releasing: dict[str, tuple] = {}     # segment -> (size, workers still mapping it, driver mmap)
         self.timers: list = []                    # (deadline, seq, waiter): get/wait timeouts
         self._timer_seq = itertools.count()
+        self._timers_max = 64                     # compact the heap past this (see add_waiter)
         # A counted id that is no object is an actor handle: the node's actors share the counting.
         self.actors, self.release_actor = actors, release_actor
         self.workers, self.forget = workers, forget   # worker index -> process; ask one to unmap
@@ -41,9 +42,14 @@ class ObjectTable:
                 if entry.infeasible is not None:
                     waiter.infeasible(entry.infeasible)
                 entry.waiters.append(waiter)
+                waiter.entries.append(entry)
         waiter.arm(ready, len(unique))
         if not waiter.done and timeout is not None:
             heapq.heappush(self.timers, (time.monotonic() + max(0.0, timeout), next(self._timer_seq), waiter))
+            if len(self.timers) > self._timers_max:   # drop the timers of waiters already done
+                self.timers = [t for t in self.timers if not t[2].done]
+                heapq.heapify(self.timers)
+                self._timers_max = max(64, 2 * len(self.timers))
 
     def next_timeout(self) -> float | None:
         """Seconds until the first get/wait timeout is due (None: no timeout pending)."""
@@ -66,7 +72,7 @@ class ObjectTable:
         for oid in ids:
             entry = self.objects[oid]
             entry.infeasible = message
-            for waiter in entry.waiters:
+            for waiter in list(entry.waiters):   # a get that fires leaves the list
                 waiter.infeasible(message)
 
     # -- values --

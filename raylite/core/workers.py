@@ -68,7 +68,8 @@ class Waiter:
     Only the node thread touches a waiter; `arm` counts what was ready when it was registered.
     """
 
-    __slots__ = ("want", "needed", "callback", "done", "armed", "is_get", "infeasible_reason", "lost_id")
+    __slots__ = ("want", "needed", "callback", "done", "armed", "is_get", "infeasible_reason", "lost_id",
+                 "entries")
 
     def __init__(self, callback, want: int | None = None):
         self.want = want                 # None: all of them (get); else num_returns (wait)
@@ -79,6 +80,7 @@ class Waiter:
         self.armed = False
         self.infeasible_reason: str | None = None
         self.lost_id: int | None = None
+        self.entries: list[ObjectEntry] = []   # whose `waiters` it is in
 
     def arm(self, ready: int, total: int) -> None:
         self.needed = (total if self.want is None else min(self.want, total)) - ready
@@ -110,4 +112,8 @@ class Waiter:
 
     def _fire(self, timed_out: bool) -> None:
         self.done = True
+        for entry in self.entries:   # a wait() that times out, or needs only some, must not stay
+            if self in entry.waiters:   # on the others (a trainer polls its workers' refs for days)
+                entry.waiters.remove(self)
+        self.entries = []
         self.callback(timed_out, self)
