@@ -289,3 +289,35 @@ def test_call_on_temporary_handle_still_runs(ray_init):
 
     # the handle is dropped right after the call is submitted: the call runs, then the actor exits
     assert ray.get(Echo.remote().echo.remote(7)) == 7
+
+
+def test_dead_actors_are_forgotten_once_no_handle_remains(ray_start, wait_until):
+    """A sweep may create thousands of short-lived actors: the driver keeps a dead one's record
+    (constructor arguments included) only while a handle could still call it (white-box)."""
+    import gc
+
+    from raylite.core import api
+    node = api._node
+
+    @ray.remote
+    class Holder:
+        def __init__(self, blob):
+            self.n = len(blob)
+
+        def size(self):
+            return self.n
+
+    kept = Holder.remote(b"k")
+    ray.get(kept.size.remote())
+    for i in range(10):
+        h = Holder.remote(b"x" * 100_000)
+        assert ray.get(h.size.remote()) == 100_000
+        if i % 2:
+            ray.kill(h)   # killed, or exits once its last handle goes
+        del h
+    ray.kill(kept)
+    gc.collect()
+    wait_until(lambda: node.call_sync(lambda: len(node.actors)) == 1, timeout=20,
+               message="dead actors without handles were kept")
+    with pytest.raises(ray.exceptions.ActorDiedError, match="killed"):
+        ray.get(kept.size.remote())   # the live handle still learns why

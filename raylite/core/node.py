@@ -483,6 +483,8 @@ class Node:
 
     def _release_actor(self, actor: Actor) -> None:
         actor.refs -= 1
+        if actor.state == "DEAD":
+            return self._forget_actor(actor)
         if actor.refs <= 0 and not actor.pinned and actor.spec.actor_name is None:
             actor.exit_when_idle = True   # calls already submitted still run, then it exits
             if actor.state == "ALIVE":
@@ -531,6 +533,12 @@ class Node:
             self._finish(spec, _error_value(self._actor_died(actor, spec)))
         if actor.spec.actor_name and self.named.get(actor.spec.actor_name) == actor.spec.actor_id:
             del self.named[actor.spec.actor_name]
+        self._forget_actor(actor)
+
+    def _forget_actor(self, actor: Actor) -> None:
+        """Drop a dead actor's record once no handle can call it (a sweep may create thousands)."""
+        if actor.state == "DEAD" and actor.refs <= 0 and not actor.pinned:
+            self.actors.pop(actor.spec.actor_id, None)
 
     def get_actor(self, name: str):
         actor_id = self.named.get(name)
