@@ -594,6 +594,34 @@ def test_task_stdout_and_stderr_prefixed_like_ray(ray_start, read_output):
     assert f"oops {tag}" not in out
 
 
+def test_progress_bar_output_shows_its_last_drawing(ray_start, read_output):
+    """tqdm redraws one line with carriage returns, for as long as the job runs: the driver
+    prints what a terminal would show once the line ends, and holds only that meanwhile."""
+    from raylite.core import api
+    tag = uuid.uuid4().hex
+
+    @ray.remote
+    class Progress:
+        def draw(self, tag, n):
+            for i in range(n):
+                sys.stderr.write(f"\r{tag} {i + 1}/{n}")
+                sys.stderr.flush()
+            return os.getpid()
+
+        def finish(self):
+            sys.stderr.write(" done\r\n")   # ends the line, CRLF style
+
+    bar = Progress.remote()
+    pid = ray.get(bar.draw.remote(tag, 20000))
+    node = api._node
+    held = node.call_sync(lambda: [len(v) for w in node.workers.values() for v in w.partial.values()])
+    assert held and max(held) < 100, held
+    ray.get(bar.finish.remote())
+    _, err = read_output(lambda o, e: "done" in e)
+    assert f"(Progress pid={pid}) {tag} 20000/20000 done\n" in err, err[-300:]
+    assert f"{tag} 19999/" not in err
+
+
 def test_workers_limit_math_threads_to_their_cpus(ray_init):
     ray_init(num_cpus=2)
 

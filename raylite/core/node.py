@@ -26,6 +26,7 @@ from raylite.core.zygote import Zygote
 
 
 PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipelined to busy workers
+MAX_PARTIAL_LINE = 1 << 16   # worker output without a newline is printed once this long
 
 
 def _error_value(err: BaseException):
@@ -39,6 +40,15 @@ def _internal_error() -> None:
     """A bug in the node manager must not silently stop the runtime: report it and go on."""
     import traceback
     sys.stderr.write("raylite: internal error in the node manager:\n" + traceback.format_exc())
+
+
+def _last_drawing(line: bytes) -> bytes:
+    """What a terminal would show of a line redrawn with carriage returns (tqdm's bars): the
+    text after the last one (a trailing one, as in CRLF, ends the line)."""
+    if b"\r" not in line:
+        return line
+    line = line.rstrip(b"\r")
+    return line[line.rfind(b"\r") + 1:]
 
 
 def _earliest(*timeouts: float | None) -> float | None:
@@ -649,12 +659,16 @@ class Node:
             data = b"\n" if w.partial.get(fd) else b""
         text = w.partial.pop(fd, b"") + data
         *lines, rest = text.split(b"\n")
+        rest = _last_drawing(rest)   # a progress bar redraws its line with \r for days
+        if len(rest) > MAX_PARTIAL_LINE:
+            lines.append(rest)
+            rest = b""
         if rest:
             w.partial[fd] = rest
         if lines:
             prefix = f"({w.name} pid={w.pid}) "
             try:
-                out.write("".join(prefix + line.decode(errors="replace") + "\n" for line in lines))
+                out.write("".join(prefix + _last_drawing(line).decode(errors="replace") + "\n" for line in lines))
                 out.flush()
             except (OSError, ValueError):
                 pass
