@@ -5,10 +5,12 @@ from raylite.core.api import (available_resources, cancel, cluster_resources, ge
 from raylite.core.context import get_runtime_context
 from raylite.core.objects import ObjectRef
 from raylite.core.remote import ActorClass, ActorHandle, method
+from raylite.core.streams import DynamicObjectRefGenerator, ObjectRefGenerator
 
 __version__ = "0.1.0"
 
-__all__ = ["ActorClass", "ActorHandle", "ObjectRef", "available_resources", "cancel", "cluster_resources",
+__all__ = ["ActorClass", "ActorHandle", "DynamicObjectRefGenerator", "ObjectRef", "ObjectRefGenerator",
+           "available_resources", "cancel", "cluster_resources",
            "exceptions", "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized",
            "kill", "method", "nodes", "put", "remote", "shutdown", "wait"]
 

@@ -213,10 +213,13 @@ def get(object_refs, *, timeout: float | None = None):
 
 
 def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True):
-    """(ready, not_ready), each in the order given; at most num_returns ready."""
-    if isinstance(object_refs, ObjectRef):
+    """(ready, not_ready), each in the order given; at most num_returns ready. An
+    ObjectRefGenerator is ready when its next() would not block."""
+    from raylite.core.streams import ObjectRefGenerator
+    if isinstance(object_refs, (ObjectRef, ObjectRefGenerator)):
         raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef")
-    refs = _check_refs(object_refs, "wait()")
+    refs = list(object_refs)
+    _check_refs([r for r in refs if not isinstance(r, ObjectRefGenerator)], "wait()")
     if len(set(refs)) != len(refs):
         raise ValueError("wait() got duplicate ObjectRefs")
     if not isinstance(num_returns, int) or not 0 <= num_returns <= len(refs):
@@ -228,10 +231,10 @@ def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fet
     client = _require_client()
     if client is None:
         return process.ray.wait(refs, num_returns, timeout, fetch_local)
-    ready_ids = client.wait([r.id for r in refs], num_returns, timeout)
-    ready = [r for r in refs if r.id in ready_ids][:num_returns]
-    taken = {r.id for r in ready}
-    return ready, [r for r in refs if r.id not in taken]
+    ids = [-r.completed().id if isinstance(r, ObjectRefGenerator) else r.id for r in refs]
+    ready_ids = client.wait(ids, num_returns, timeout)
+    ready = set([i for i in ids if i in ready_ids][:num_returns])
+    return [r for r, i in zip(refs, ids) if i in ready], [r for r, i in zip(refs, ids) if i not in ready]
 
 
 def put(value) -> ObjectRef:
@@ -265,6 +268,9 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    from raylite.core.streams import ObjectRefGenerator
+    if isinstance(object_ref, ObjectRefGenerator):
+        object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
     client = _require_client()

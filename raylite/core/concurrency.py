@@ -86,6 +86,9 @@ class AsyncRunner:
                     value = ex.invoke(spec, args, kwargs)
                     if inspect.isawaitable(value):
                         value = await value
+                    if spec.stream:
+                        value = (await ex.stream_async(spec, value) if hasattr(value, "__aiter__")
+                                 else ex.stream(spec, value))
                     results = ex.pack(spec, value)
             except self.asyncio.CancelledError:
                 results = ex.cancelled(spec)

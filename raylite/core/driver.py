@@ -76,6 +76,18 @@ class DriverClient:
             ready = self.node.table.ready_ids(ids)
         return ready
 
+    def stream_next(self, completion_id: int, index: int) -> tuple:
+        done, box = _thread.allocate_lock(), []
+        done.acquire()
+
+        def reply(found):
+            box.append(found)
+            done.release()
+
+        self.node.call(self.node.stream_next, completion_id, index, reply)
+        done.acquire()
+        return box[0]
+
     def pin(self, object_id: int) -> None:
         self.node.call(self.node.table.pin, object_id)
 

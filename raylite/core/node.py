@@ -16,7 +16,7 @@ import time
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import accelerators, runtime_env, segments, serialization
+from raylite.core import accelerators, runtime_env, segments, serialization, streams
 from raylite.core.groups import Groups
 from raylite.core.object_table import ObjectTable
 from raylite.core.protocol import Channel, TaskSpec
@@ -239,6 +239,8 @@ class Node:
         self.table.new_entries(spec.return_ids)
         if spec.return_ids:
             self.producers[spec.return_ids[0]] = spec
+        if spec.stream:
+            self.table.streams[spec.return_ids[0]] = streams.Stream()
         lost = next((dep for dep in spec.deps if dep not in self.table.objects), None)
         if lost is not None:
             return self._finish(spec, _error_value(exceptions.ObjectLostError(
@@ -456,6 +458,10 @@ class Node:
         self.children.pop(spec.task_id, None)
         for oid, value in zip(spec.return_ids, results):
             self.table.set_value(oid, value)
+        stream = self.table.streams.get(spec.return_ids[0]) if spec.stream else None
+        if stream is not None:
+            stream.done, stream.failed = True, results[0].is_error
+            self._answer(spec.return_ids[0], stream.wake())
         self._drop_args(spec)
 
     def _drop_args(self, spec: TaskSpec) -> None:
@@ -760,6 +766,42 @@ class Node:
             self.children.setdefault(w.task.task_id, []).append(spec)
         self.submit(spec, fn_bytes)
 
+    def _msg_item(self, w: WorkerProc, completion_id: int, index: int, value) -> None:
+        """A generator task yielded a value: store it, and hand it to a caller waiting for it."""
+        stream = self.table.streams.get(completion_id)
+        if stream is None or index < len(stream.items):   # gone, or a retried task yields it again
+            segments.unlink_segments(name for name, _ in value.segments())
+            return
+        oid = streams.item_id(completion_id, index)
+        self.table.put(oid, value)   # its one count is the stream's until a caller takes the ref
+        stream.items.append(oid)
+        self._answer(completion_id, stream.wake())
+
+    def stream_next(self, completion_id: int, index: int, reply) -> bool:
+        """A caller's ObjectRefGenerator wants value `index` (see raylite.core.streams); False
+        when the reply has to wait for the task."""
+        stream = self.table.streams.get(completion_id)
+        found = stream.answer(index) if stream is not None else ("end",)
+        if found is None:
+            stream.waiting.append((index, reply))
+            return False
+        self._answer(completion_id, [(reply, found)])
+        return True
+
+    def _answer(self, completion_id: int, due: list) -> None:
+        for reply, found in due:
+            if found[0] == "error":   # the caller gets a ref to the failed task's result
+                self.table.addref(completion_id)
+            reply(found)
+
+    def _msg_stream_next(self, w: WorkerProc, req: int, completion_id: int, index: int) -> None:
+        def reply(found):
+            self._unblock(w)
+            if w.index in self.workers:
+                self._send(w, ("reply", req, found))
+        if not self.stream_next(completion_id, index, reply):
+            self._lend_cpu(w)
+
     def _msg_released(self, w: WorkerProc, names: list) -> None:
         for name in names:
             self.table.reader_done(name, w.index)
@@ -797,11 +839,16 @@ class Node:
 
     def _block_until(self, w: WorkerProc, waiter: Waiter, ids, timeout) -> None:
         self.table.add_waiter(waiter, ids, timeout)
-        if not waiter.done and w.next is not None:   # it may wait on the task queued behind it
+        if not waiter.done:
+            self._lend_cpu(w)
+
+    def _lend_cpu(self, w: WorkerProc) -> None:
+        """A worker blocked in get, wait or next gives its CPU back, so nested work cannot deadlock."""
+        if w.next is not None:   # it may wait on the task queued behind it
             self._recall(w)
-        if not waiter.done and w.alloc is not None and not w.blocked:
+        if w.alloc is not None and not w.blocked:
             cpu = w.alloc.resources.get("CPU", 0)
-            if cpu:   # a blocked worker gives its CPU back, so nested work cannot deadlock
+            if cpu:
                 w.alloc.pool.adjust("CPU", cpu)
                 w.blocked = cpu
 

@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 from raylite.core import segments
+from raylite.core.streams import Stream
 from raylite.core.workers import Actor, ObjectEntry, Waiter
 
 
@@ -21,6 +22,7 @@ class ObjectTable:
         self.objects: dict[int, ObjectEntry] = {}
         self.readers: dict[str, set[int]] = {}    # segment -> workers it was sent to
         self.releasing: dict[str, tuple] = {}     # segment -> (size, workers still mapping it, driver mmap)
+        self.streams: dict[int, Stream] = {}      # generator task's completion id -> its values
         self.timers: list = []                    # (deadline, seq, waiter): get/wait timeouts
         self._timer_seq = itertools.count()
         self._timers_max = 64                     # compact the heap past this (see add_waiter)
@@ -33,6 +35,14 @@ class ObjectTable:
         """Register waiter on ids; it fires when enough are ready (or at timeout)."""
         unique, ready = set(ids), 0
         for oid in unique:
+            if oid < 0:   # -id: the next value of the generator whose completion id is id
+                stream = self.streams.get(-oid)
+                if stream is None or stream.ready():
+                    ready += 1
+                else:
+                    stream.waiters.append(waiter)
+                    waiter.entries.append(stream)
+                continue
             entry = self.objects.get(oid)
             if entry is None:
                 waiter.lost(oid)
@@ -62,7 +72,8 @@ class ObjectTable:
             waiter.expire()
 
     def ready_ids(self, ids) -> set[int]:
-        return {i for i in ids if (e := self.objects.get(i)) is not None and e.value is not None}
+        return {i for i in ids if ((s := self.streams.get(-i)) is None or s.ready() if i < 0
+                                   else (e := self.objects.get(i)) is not None and e.value is not None)}
 
     def missing(self, ids) -> list[int]:
         """Those of ids (all in the table) whose value is not computed yet."""
@@ -135,11 +146,16 @@ class ObjectTable:
         """Drop a stored object, then the refs (and actor handles) its value held."""
         todo = [oid]
         while todo:
-            value = self.objects.pop(todo.pop()).value
+            oid = todo.pop()
+            value = self.objects.pop(oid).value
             for name, size in value.segments():
                 self._retire(name, size)
             for inner in value.refs:
                 self.release(inner, todo)
+            stream = self.streams.pop(oid, None)
+            if stream is not None:   # the generator was dropped: so are the values nobody took
+                for inner in stream.items[stream.taken:]:
+                    self.release(inner, todo)
 
     # -- segments --
     def sent(self, index: int, values) -> None:

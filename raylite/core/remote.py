@@ -1,10 +1,11 @@
 """`@remote` functions and actor classes, `.options(...)`, and actor handles."""
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 
-from raylite.core import context, objects, ray_backend, runtime_env, serialization
+from raylite.core import context, objects, ray_backend, runtime_env, serialization, streams
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import ArgRef, TaskSpec
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
@@ -32,8 +33,10 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
     for key in options:
         if key not in allowed:
             raise ValueError(f"Invalid option keyword {key!r} for {what}; valid options: {sorted(allowed)}")
-    for key, minimum in (("max_calls", 0), ("num_returns", 0), ("max_concurrency", 1)):
+    for key, minimum in (("max_calls", 0), ("max_concurrency", 1)):
         _check_int(options, key, minimum)
+    if options.get("num_returns") not in streams.MODES:
+        _check_int(options, "num_returns", 0)
     for key in ("max_retries", "max_restarts", "max_task_retries"):
         _check_int(options, key, -1)
     return options
@@ -111,8 +114,23 @@ def _uses_accelerators(request: dict) -> bool:
     return any(request.get(r, 0) > 0 for r in ACCELERATOR_RESOURCES)
 
 
+def _returns(num_returns) -> tuple[tuple, str | None]:
+    """Return ids for num_returns, and the generator mode if it names one."""
+    if num_returns in streams.MODES:
+        return (next_id(),), num_returns
+    return tuple(next_id() for _ in range(num_returns)), None
+
+
+def _default_returns(fn):
+    """Ray streams what a generator function yields unless told otherwise."""
+    return "streaming" if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn) else 1
+
+
 def _refs(spec: TaskSpec):
-    """What `.remote()` returns: one ref, a list for num_returns > 1, None for num_returns=0."""
+    """What `.remote()` returns: one ref, a list for num_returns > 1, None for num_returns=0, an
+    ObjectRefGenerator for a streaming generator."""
+    if spec.stream == "streaming":
+        return streams.ObjectRefGenerator(ObjectRef(spec.return_ids[0], True))
     refs = [ObjectRef(i, True) for i in spec.return_ids]
     return refs[0] if len(refs) == 1 else (refs or None)
 
@@ -136,6 +154,7 @@ class RemoteFunction:
         self._fresh = int(_uses_accelerators(self._request))   # max_calls when not given
         self._fn_id = os.urandom(8).hex()
         self._bytes: bytes | None = None
+        self._returns = _default_returns(function)
         self.__doc__ = getattr(function, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
@@ -162,36 +181,40 @@ class RemoteFunction:
         name = options.get("name") or self._name
         if self._bytes is None:
             self._bytes = _pickled(self._function, f"function {self._name}")
-        num_returns = options.get("num_returns", 1)
+        return_ids, stream = _returns(options.get("num_returns", self._returns))
         max_calls = options.get("max_calls")
         if max_calls is None:   # accelerator tasks get a fresh process: frameworks never free device memory
             max_calls = self._fresh if request is self._request else int(_uses_accelerators(request))
         max_retries = options.get("max_retries")
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
-        spec = TaskSpec("task", next_id(), name, args_ser, deps, tuple(next_id() for _ in range(num_returns)),
+        spec = TaskSpec("task", next_id(), name, args_ser, deps, return_ids,
                         self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries,
-                        runtime_env=_env(options, name, holder or self), placement=_placement(options))
+                        runtime_env=_env(options, name, holder or self), placement=_placement(options),
+                        stream=stream)
         _warn_if_infeasible(client, name, request)
         client.submit(spec, self._bytes)
         return _refs(spec)
 
 
-def method(*, num_returns: int = 1, **_ignored):
-    """`@ray.method(num_returns=N)` on actor methods."""
+def method(*, num_returns: int | str | None = None, **_ignored):
+    """`@ray.method(num_returns=N)` on actor methods (or "streaming" / "dynamic" for generators)."""
     def decorate(fn):
-        fn.__ray_num_returns__ = num_returns
+        if num_returns is not None:
+            _validate({"num_returns": num_returns}, {"num_returns"}, "actor methods")
+            fn.__ray_num_returns__ = num_returns
         return fn
     return decorate
 
 
-def _methods(cls) -> dict[str, int]:
+def _methods(cls) -> dict[str, int | str]:
     out = {}
     for name in dir(cls):
         if name.startswith("__") and name != "__call__":
             continue
         attr = getattr(cls, name, None)
         if callable(attr):
-            out[name] = getattr(attr, "__ray_num_returns__", 1)
+            declared = getattr(attr, "__ray_num_returns__", None)
+            out[name] = _default_returns(attr) if declared is None else declared
     return out
 
 
@@ -307,9 +330,9 @@ class ActorMethod:
         client = _client()
         handle = self._handle
         name = f"{handle._class_name}.{self._name}"
-        num_returns = options.get("num_returns", self._num_returns)
+        return_ids, stream = _returns(options.get("num_returns", self._num_returns))
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
-        spec = TaskSpec("actor_call", next_id(), name, args_ser, deps,
-                        tuple(next_id() for _ in range(num_returns)), actor_id=handle._actor_id, method=self._name)
+        spec = TaskSpec("actor_call", next_id(), name, args_ser, deps, return_ids,
+                        actor_id=handle._actor_id, method=self._name, stream=stream)
         client.submit(spec, None)
         return _refs(spec)

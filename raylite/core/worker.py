@@ -12,7 +12,7 @@ import traceback
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import concurrency, context, objects, serialization
+from raylite.core import concurrency, context, objects, serialization, streams
 from raylite.core.segments import mappings
 from raylite.core.protocol import ArgRef, Channel, TaskSpec
 from raylite.core.resources import NodeResources
@@ -104,6 +104,9 @@ class WorkerClient:
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
         return self.request("wait", ids, num_returns, timeout)
+
+    def stream_next(self, completion_id: int, index: int) -> tuple:
+        return self.request("stream_next", completion_id, index)
 
     def pin(self, object_id: int) -> None:
         self.refops.append(("pin", object_id))
@@ -221,7 +224,30 @@ class _Executor:
             import asyncio
             self.loop = self.loop or asyncio.new_event_loop()
             result = self.loop.run_until_complete(result)
-        return result
+        if spec.stream and hasattr(result, "__aiter__"):   # an async generator task
+            import asyncio
+            self.loop = self.loop or asyncio.new_event_loop()
+            return self.loop.run_until_complete(self.stream_async(spec, result))
+        return self.stream(spec, result) if spec.stream else result
+
+    def stream(self, spec: TaskSpec, values) -> streams.DynamicObjectRefGenerator:
+        """Send each value a generator task yields as its own object, as soon as it is yielded."""
+        if not hasattr(values, "__next__"):
+            raise TypeError(f"{spec.name} has num_returns={spec.stream!r} but returned "
+                            f"{type(values).__name__}, not a generator")
+        return streams.DynamicObjectRefGenerator([self.send_item(spec, i, v) for i, v in enumerate(values)])
+
+    async def stream_async(self, spec: TaskSpec, values) -> streams.DynamicObjectRefGenerator:
+        refs = []
+        async for value in values:
+            refs.append(self.send_item(spec, len(refs), value))
+        return streams.DynamicObjectRefGenerator(refs)
+
+    def send_item(self, spec: TaskSpec, index: int, value) -> objects.ObjectRef:
+        completion = spec.return_ids[0]
+        oid = streams.item_id(completion, index)
+        self.client.send(("item", completion, index, serialization.dumps(value, self.client.shm_prefix)))
+        return objects.ObjectRef(oid)   # pickled into the task's result, which then holds it
 
     def arguments(self, spec: TaskSpec, deps: dict) -> tuple[list, dict]:
         args, kwargs = serialization.loads(spec.args)
