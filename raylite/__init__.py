@@ -16,8 +16,8 @@ __all__ = ["ActorClass", "ActorHandle", "DynamicObjectRefGenerator", "ObjectRef"
 
 
 def __getattr__(name: str):
-    """``ray.util`` (``ray.util.ActorPool``, ...) without importing it at ``import raylite``."""
-    if name == "util":
+    """``ray.util`` (``ray.util.ActorPool``, ...) and ``ray.actor`` without importing them at ``import raylite``."""
+    if name in ("util", "actor"):
         import importlib
-        return importlib.import_module("raylite.util")
+        return importlib.import_module(f"raylite.{name}")
     raise AttributeError(f"module 'raylite' has no attribute {name!r}")

@@ -321,3 +321,45 @@ def test_dead_actors_are_forgotten_once_no_handle_remains(ray_start, wait_until)
                message="dead actors without handles were kept")
     with pytest.raises(ray.exceptions.ActorDiedError, match="killed"):
         ray.get(kept.size.remote())   # the live handle still learns why
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_exit_actor_ends_it_for_good(ray_start, wait_pids_gone, kind):
+    @ray.remote(max_restarts=2)
+    class Quitter:
+        def pid(self):
+            return os.getpid()
+
+        def quit(self):
+            ray.actor.exit_actor()
+
+    @ray.remote(max_restarts=2)
+    class AsyncQuitter:
+        async def pid(self):
+            return os.getpid()
+
+        async def quit(self):
+            ray.actor.exit_actor()
+
+    actor = (Quitter if kind == "plain" else AsyncQuitter).remote()
+    pid = ray.get(actor.pid.remote())
+    bye, after = actor.quit.remote(), actor.pid.remote()
+    for ref in (bye, after):   # the call that exited and the one queued behind it
+        with pytest.raises(ray.exceptions.ActorDiedError, match="exit_actor"):
+            ray.get(ref, timeout=20)
+    wait_pids_gone([pid])
+    with pytest.raises(ray.exceptions.ActorDiedError):   # not restarted, despite max_restarts
+        ray.get(actor.pid.remote(), timeout=20)
+
+
+def test_exit_actor_outside_an_actor_is_a_type_error(ray_start):
+    @ray.remote
+    def task():
+        try:
+            ray.actor.exit_actor()
+        except TypeError as e:
+            return str(e)
+
+    assert "inside an actor" in ray.get(task.remote())
+    with pytest.raises(TypeError, match="inside an actor"):
+        ray.actor.exit_actor()

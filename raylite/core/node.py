@@ -802,6 +802,12 @@ class Node:
         if not self.stream_next(completion_id, index, reply):
             self._lend_cpu(w)
 
+    def _msg_exit_actor(self, w: WorkerProc) -> None:
+        """The actor called ray.actor.exit_actor(): its process ends now, for good."""
+        if w.actor is not None:
+            w.actor.restarts_left = 0
+            w.actor.error = "it called ray.actor.exit_actor()"
+
     def _msg_released(self, w: WorkerProc, names: list) -> None:
         for name in names:
             self.table.reader_done(name, w.index)

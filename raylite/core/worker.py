@@ -136,6 +136,10 @@ class WorkerClient:
         return payload
 
 
+class ActorExit(BaseException):
+    """Raised by ray.actor.exit_actor(): unwinds the method, then the process ends."""
+
+
 class _Reply:
     """One pending request's answer, handed from the reading thread to the waiting one."""
 
@@ -210,6 +214,11 @@ class _Executor:
             self.calls.cancel(task_id)
 
     def failure(self, spec: TaskSpec, e: BaseException) -> list:
+        if isinstance(e, ActorExit):   # from any thread or the event loop: the driver fails the calls
+            self.client.send(("exit_actor",))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         return [_error(spec.name, e)] * max(1, len(spec.return_ids))
 
     def finish(self, spec: TaskSpec, results: list) -> None:

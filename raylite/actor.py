@@ -1,0 +1,17 @@
+"""`ray.actor.exit_actor()`: an actor ends itself from inside one of its methods."""
+from __future__ import annotations
+
+from raylite.core import context
+from raylite.core.objects import process
+
+
+def exit_actor() -> None:
+    """End the calling actor for good (no restart): this call and every call queued or running
+    on it fail with ActorDiedError, as in Ray."""
+    if process.ray is not None:
+        import ray
+        return ray.actor.exit_actor()
+    if process.index == 0 or context.get_runtime_context().get_actor_id() is None:
+        raise TypeError("exit_actor() can only be called inside an actor's method")
+    from raylite.core.worker import ActorExit
+    raise ActorExit
