@@ -14,4 +14,4 @@ def exit_actor() -> None:
     if process.index == 0 or context.get_runtime_context().get_actor_id() is None:
         raise TypeError("exit_actor() can only be called inside an actor's method")
     from raylite.core.worker import ActorExit
-    raise ActorExit
+    raise ActorExit("it called ray.actor.exit_actor()")

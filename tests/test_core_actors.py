@@ -363,3 +363,14 @@ def test_exit_actor_outside_an_actor_is_a_type_error(ray_start):
     assert "inside an actor" in ray.get(task.remote())
     with pytest.raises(TypeError, match="inside an actor"):
         ray.actor.exit_actor()
+
+
+def test_ray_terminate_ends_the_actor_after_the_calls_before_it(ray_start, wait_pids_gone):
+    counter = _counter_class(max_restarts=1).remote()
+    pid = ray.get(counter.pid.remote())
+    before = [counter.incr.remote() for _ in range(3)]
+    counter.__ray_terminate__.remote()
+    assert ray.get(before) == [1, 2, 3]
+    with pytest.raises(ray.exceptions.ActorDiedError, match="__ray_terminate__"):
+        ray.get(counter.get.remote(), timeout=20)
+    wait_pids_gone([pid])

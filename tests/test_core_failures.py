@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -574,3 +575,37 @@ def test_cancel_is_recursive_by_default(ray_init):
 
     # the child was cancelled too, so the single CPU is free again well before its 30 s sleep ends
     assert ray.get(quick.remote(), timeout=15) == 2
+
+
+def test_retry_exceptions_retries_the_task_on_its_exceptions(ray_start, tmp_path):
+    class Transient(KeyError):
+        pass
+
+    @ray.remote
+    def attempt(d, fail_times, exc):
+        n = len(os.listdir(d))
+        open(os.path.join(d, str(n)), "w").close()
+        if n < fail_times:
+            raise exc("attempt %d" % n)
+        return n
+
+    def run(options, fail_times, exc):
+        d = tmp_path / uuid.uuid4().hex
+        d.mkdir()
+        try:
+            return ray.get(attempt.options(**options).remote(str(d), fail_times, exc))
+        finally:
+            attempts.append(len(os.listdir(d)))
+
+    attempts = []
+    assert run({"retry_exceptions": True, "max_retries": 2}, 2, ValueError) == 2
+    assert run({"retry_exceptions": [KeyError], "max_retries": 3}, 1, Transient) == 1   # a subclass
+    with pytest.raises(ValueError, match="attempt 0"):   # not in the list: no retry
+        run({"retry_exceptions": [KeyError], "max_retries": 3}, 5, ValueError)
+    with pytest.raises(ValueError, match="attempt 1"):   # the budget is max_retries
+        run({"retry_exceptions": True, "max_retries": 1}, 5, ValueError)
+    with pytest.raises(ValueError, match="attempt 0"):   # off by default, as in Ray
+        run({}, 5, ValueError)
+    assert attempts == [3, 2, 1, 2, 1]
+    with pytest.raises(ValueError, match="retry_exceptions"):
+        attempt.options(retry_exceptions="yes")

@@ -731,7 +731,7 @@ class Node:
         if w.signal_on_hello:
             self._signal(w, w.signal_on_hello)
 
-    def _msg_done(self, w: WorkerProc, task_id: int, results: list) -> None:
+    def _msg_done(self, w: WorkerProc, task_id: int, results: list, retry: bool = False) -> None:
         if w.actor is not None:
             actor = w.actor
             spec = actor.inflight.pop(task_id, None)
@@ -759,6 +759,9 @@ class Node:
                 self._send(w, ("exit",))
             else:
                 pool.append(w)
+        if retry and spec.max_retries != 0 and spec.task_id not in self.cancelled:
+            spec.max_retries -= 1   # retry_exceptions: the same budget as a crashed worker's retries
+            return self._enqueue(spec)
         self._finish(spec, results)
 
     def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes) -> None:
@@ -802,11 +805,12 @@ class Node:
         if not self.stream_next(completion_id, index, reply):
             self._lend_cpu(w)
 
-    def _msg_exit_actor(self, w: WorkerProc) -> None:
-        """The actor called ray.actor.exit_actor(): its process ends now, for good."""
+    def _msg_exit_actor(self, w: WorkerProc, why: str) -> None:
+        """The actor called ray.actor.exit_actor() (or was sent __ray_terminate__): its process
+        ends now, for good."""
         if w.actor is not None:
             w.actor.restarts_left = 0
-            w.actor.error = "it called ray.actor.exit_actor()"
+            w.actor.error = why
 
     def _msg_released(self, w: WorkerProc, names: list) -> None:
         for name in names:

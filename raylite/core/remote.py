@@ -39,7 +39,20 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
         _check_int(options, "num_returns", 0)
     for key in ("max_retries", "max_restarts", "max_task_retries"):
         _check_int(options, key, -1)
+    if "retry_exceptions" in options:
+        _retry_on(options["retry_exceptions"])
     return options
+
+
+def _retry_on(value) -> bool | tuple[str, ...]:
+    """retry_exceptions as a spec carries it: True, False, or qualified type names (the worker
+    matches a raised exception's class and bases against them; names travel where classes may not)."""
+    if isinstance(value, bool):
+        return value
+    if (isinstance(value, (list, tuple)) and value
+            and all(isinstance(t, type) and issubclass(t, BaseException) for t in value)):
+        return tuple(f"{t.__module__}.{t.__qualname__}" for t in value)
+    raise ValueError(f"retry_exceptions must be True, False or a list of exception types, got {value!r}")
 
 
 def _placement(options: dict):
@@ -190,7 +203,7 @@ class RemoteFunction:
         spec = TaskSpec("task", next_id(), name, args_ser, deps, return_ids,
                         self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries,
                         runtime_env=_env(options, name, holder or self), placement=_placement(options),
-                        stream=stream)
+                        stream=stream, retry_exceptions=_retry_on(options.get("retry_exceptions", False)))
         _warn_if_infeasible(client, name, request)
         client.submit(spec, self._bytes)
         return _refs(spec)
@@ -285,6 +298,8 @@ class ActorHandle(metaclass=BackendType):
         methods = self.__dict__.get("_methods", {})
         if name in methods:
             return ActorMethod(self, name, methods[name])
+        if name == "__ray_terminate__":   # Ray's graceful end: after the calls queued before it
+            return ActorMethod(self, name, 1)
         raise AttributeError(f"'{self.__dict__.get('_class_name', 'Actor')}' actor has no method {name!r}")
 
     def __reduce__(self):   # counted like a nested ObjectRef (see raylite.core.objects)

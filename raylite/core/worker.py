@@ -202,6 +202,8 @@ class _Executor:
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             self.running = False
             results = self.failure(spec, e)
+            if _retryable(spec, e):
+                return self.finish(spec, results, retry=True)
         self.finish(spec, results)
 
     def cancelled(self, spec: TaskSpec) -> list:
@@ -215,16 +217,17 @@ class _Executor:
 
     def failure(self, spec: TaskSpec, e: BaseException) -> list:
         if isinstance(e, ActorExit):   # from any thread or the event loop: the driver fails the calls
-            self.client.send(("exit_actor",))
+            self.client.send(("exit_actor", str(e)))
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
         return [_error(spec.name, e)] * max(1, len(spec.return_ids))
 
-    def finish(self, spec: TaskSpec, results: list) -> None:
+    def finish(self, spec: TaskSpec, results: list, retry: bool = False) -> None:
+        """Send the results; `retry`: the task raised an exception it may be retried for."""
         sys.stdout.flush()
         sys.stderr.flush()
-        self.client.send(("done", spec.task_id, results))
+        self.client.send(("done", spec.task_id, results, True) if retry else ("done", spec.task_id, results))
 
     def _call(self, spec: TaskSpec, deps: dict):
         args, kwargs = self.arguments(spec, deps)
@@ -275,6 +278,8 @@ class _Executor:
         else:
             if self.actor is None:
                 raise exceptions.ActorDiedError(f"actor of {spec.name} is not running")
+            if spec.method == "__ray_terminate__":
+                raise ActorExit("it was terminated by __ray_terminate__")
             result = getattr(self.actor, spec.method)(*args, **kwargs)
         return result
 
@@ -286,6 +291,14 @@ class _Executor:
             raise ValueError(f"{spec.name} declared num_returns={n} but returned {type(value).__name__}"
                              f" of length {len(value) if hasattr(value, '__len__') else 'n/a'}")
         return [serialization.dumps(v, self.client.shm_prefix) for v in value]
+
+
+def _retryable(spec: TaskSpec, e: BaseException) -> bool:
+    """retry_exceptions=True retries any Exception; a list, those types and their subclasses."""
+    wanted = spec.retry_exceptions
+    if not wanted or not isinstance(e, Exception) or spec.kind != "task":
+        return False
+    return wanted is True or any(f"{c.__module__}.{c.__qualname__}" in wanted for c in type(e).__mro__)
 
 
 def _value(ser):

@@ -8,17 +8,20 @@
   groups, as in Ray.
 - ``raylite.util.get_node_ip_address``: where other nodes reach this one (loopback on the local
   runtime; the node's IP on a Ray cluster).
+- ``raylite.util.as_completed``, ``raylite.util.map_unordered``: results as tasks finish;
+  ``raylite.util.inspect_serializability``.
 """
 from raylite.core.api import get_node_ip_address
 from raylite.util import accelerators, scheduling_strategies
 from raylite.util.actor_pool import ActorPool
+from raylite.util.helpers import as_completed, inspect_serializability, map_unordered
 from raylite.util.placement_group import (get_current_placement_group, get_placement_group, placement_group,
                                           placement_group_table, remove_placement_group)
 from raylite.util.probe import probe_gpu_resources
 
-__all__ = ["ActorPool", "accelerators", "get_current_placement_group", "get_node_ip_address",
-           "get_placement_group", "placement_group", "placement_group_table", "probe_gpu_resources",
-           "remove_placement_group", "scheduling_strategies"]
+__all__ = ["ActorPool", "accelerators", "as_completed", "get_current_placement_group", "get_node_ip_address",
+           "get_placement_group", "inspect_serializability", "map_unordered", "placement_group",
+           "placement_group_table", "probe_gpu_resources", "remove_placement_group", "scheduling_strategies"]
 
 
 def __getattr__(name: str):

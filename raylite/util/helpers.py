@@ -1,0 +1,50 @@
+"""`ray.util.as_completed` and `ray.util.map_unordered`: results in the order they finish, with
+at most a bounded number of tasks in flight (Ray's "limit pending tasks" pattern)."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Sequence
+
+import raylite as ray
+
+
+def _ready_batch(refs: list, chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict) -> tuple[list, list]:
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
+    ready, rest = ray.wait(refs, num_returns=min(chunk_size, len(refs)), **wait_kwargs)
+    return (ready if yield_obj_refs else ray.get(ready)), rest
+
+
+def as_completed(refs: Sequence, *, chunk_size: int = 10, yield_obj_refs: bool = False,
+                 **wait_kwargs) -> Iterator[Any]:
+    """Yield each ref's value (or the ref) as batches of `chunk_size` become ready."""
+    pending = list(refs)
+    while pending:
+        done, pending = _ready_batch(pending, chunk_size, yield_obj_refs, wait_kwargs)
+        yield from done
+
+
+def map_unordered(fn, items: Iterable, *, backpressure_size: int | None = 100, chunk_size: int = 10,
+                  yield_obj_refs: bool = False, **wait_kwargs) -> Iterator[Any]:
+    """`fn.remote(item)` for every item, yielding results as they finish, with at most
+    `backpressure_size` tasks submitted and not yet yielded (None: no limit)."""
+    if backpressure_size is not None and backpressure_size < 1:
+        raise ValueError(f"backpressure_size must be >= 1 or None, got {backpressure_size!r}")
+    pending: list = []
+    for item in items:
+        if backpressure_size is not None and len(pending) >= backpressure_size:
+            done, pending = _ready_batch(pending, chunk_size, yield_obj_refs, wait_kwargs)
+            yield from done
+        pending.append(fn.remote(item))
+    yield from as_completed(pending, chunk_size=chunk_size, yield_obj_refs=yield_obj_refs, **wait_kwargs)
+
+
+def inspect_serializability(obj, name: str | None = None, **_ignored) -> tuple[bool, set]:
+    """Whether `obj` can travel to a worker, and the objects that cannot (as Ray's helper
+    reports them: here only `obj` itself, with the pickling error printed)."""
+    from raylite.core import serialization
+    try:
+        serialization.dumps_function(obj)
+        return True, set()
+    except Exception as e:   # noqa: BLE001 - reported, not raised
+        print(f"{name or type(obj).__name__} is not serializable: {type(e).__name__}: {e}")
+        return False, {name or repr(obj)}

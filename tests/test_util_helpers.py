@@ -1,0 +1,46 @@
+"""ray.util.as_completed, ray.util.map_unordered and ray.util.inspect_serializability."""
+import threading
+import time
+
+import pytest
+
+import raylite as ray
+
+
+@ray.remote
+def nap(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def test_as_completed_yields_results_as_they_finish(ray_start):
+    refs = [nap.remote(0.6), nap.remote(0.0)]
+    assert list(ray.util.as_completed(refs, chunk_size=1)) == [0.0, 0.6]
+    got = list(ray.util.as_completed(refs, chunk_size=5, yield_obj_refs=True))
+    assert set(got) == set(refs)
+    with pytest.raises(ValueError, match="chunk_size"):
+        list(ray.util.as_completed(refs, chunk_size=0))
+
+
+def test_map_unordered_bounds_the_tasks_in_flight(ray_start):
+    submitted, yielded, most = [0], [0], [0]
+
+    class Counting:   # fn.remote is all map_unordered needs
+        def remote(self, x):
+            submitted[0] += 1
+            most[0] = max(most[0], submitted[0] - yielded[0])
+            return nap.remote(x)
+
+    out = []
+    for value in ray.util.map_unordered(Counting(), [0.0] * 9, backpressure_size=3, chunk_size=1):
+        yielded[0] += 1
+        out.append(value)
+    assert out == [0.0] * 9 and most[0] <= 3
+    assert sorted(ray.util.map_unordered(nap, [0.2, 0.0, 0.1], backpressure_size=None)) == [0.0, 0.1, 0.2]
+
+
+def test_inspect_serializability(ray_start, capsys):
+    assert ray.util.inspect_serializability(lambda: 1) == (True, set())
+    lock = threading.Lock()
+    ok, bad = ray.util.inspect_serializability(lambda: lock, name="uses_lock")
+    assert not ok and bad == {"uses_lock"} and "not serializable" in capsys.readouterr().out
