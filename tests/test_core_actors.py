@@ -374,3 +374,20 @@ def test_ray_terminate_ends_the_actor_after_the_calls_before_it(ray_start, wait_
     with pytest.raises(ray.exceptions.ActorDiedError, match="__ray_terminate__"):
         ray.get(counter.get.remote(), timeout=20)
     wait_pids_gone([pid])
+
+
+def test_max_task_retries_runs_a_call_again_on_the_restarted_actor(ray_start, tmp_path):
+    class Fragile:
+        def crash_once(self, marker):
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(1)   # the process dies mid-call
+            return os.getpid()
+
+    actor = ray.remote(max_restarts=2, max_task_retries=1)(Fragile).remote()
+    assert ray.get(actor.crash_once.remote(str(tmp_path / "a")), timeout=30) > 0
+    with pytest.raises(ray.exceptions.ActorDiedError):   # the method's own setting wins
+        ray.get(actor.crash_once.options(max_task_retries=0).remote(str(tmp_path / "b")), timeout=30)
+    plain = ray.remote(max_restarts=1)(Fragile).remote()
+    with pytest.raises(ray.exceptions.ActorDiedError):   # default: no call retries, as in Ray
+        ray.get(plain.crash_once.remote(str(tmp_path / "c")), timeout=30)

@@ -252,6 +252,8 @@ class Node:
             actor = self.actors.get(spec.actor_id)
             if actor is None or actor.state == "DEAD":
                 return self._finish(spec, _error_value(self._actor_died(actor, spec)))
+            if spec.max_retries is None:
+                spec.max_retries = actor.spec.max_retries   # the actor's max_task_retries
             actor.queue.append(spec)
             return self._pump_actor(actor)
         if spec.kind == "actor_create":
@@ -535,9 +537,16 @@ class Node:
             w.alloc = None
         pending = list(actor.inflight.values())
         actor.inflight.clear()
+        restarting = actor.restarts_left != 0 and not actor.exit_when_idle
+        retried = []
         for spec in pending:
-            self._finish(spec, _error_value(self._actor_died(actor, spec)))
-        if actor.restarts_left != 0 and not actor.exit_when_idle:
+            if restarting and spec.max_retries != 0 and spec.task_id not in self.cancelled:
+                spec.max_retries -= 1   # max_task_retries: runs again on the restarted actor
+                retried.append(spec)
+            else:
+                self._finish(spec, _error_value(self._actor_died(actor, spec)))
+        actor.queue.extendleft(reversed(retried))
+        if restarting:
             actor.restarts_left -= 1
             actor.state, actor.error = "RESTARTING", None
             self._enqueue(actor.spec)

@@ -28,7 +28,7 @@ class TaskSpec:
 
     def __init__(self, kind: str, task_id: int, name: str, args, deps: tuple = (), return_ids: tuple = (),
                  fn_id: str = "", fn_bytes: bytes | None = None, request: dict | None = None,
-                 max_calls: int = 0, max_retries: int = 0, *, actor_id: int = 0, method: str = "",
+                 max_calls: int = 0, max_retries: int | None = 0, *, actor_id: int = 0, method: str = "",
                  actor_name: str | None = None, max_restarts: int = 0, schedule_request: dict | None = None,
                  class_meta: tuple | None = None, max_concurrency: int = 0, runtime_env: tuple | None = None,
                  placement: tuple | None = None, stream: str | None = None,
@@ -43,7 +43,7 @@ class TaskSpec:
         self.fn_bytes = fn_bytes
         self.request = request or {}        # resources held while running (units)
         self.max_calls = max_calls
-        self.max_retries = max_retries
+        self.max_retries = max_retries      # actor calls: None until the node applies the actor's default
         self.actor_id = actor_id
         self.method = method
         self.actor_name = actor_name

@@ -276,7 +276,7 @@ class ActorClass:
         args_ser, deps = _pack_args(self._name, args, kwargs, client.shm_prefix)
         restarts = options.get("max_restarts") or 0
         spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
-                        actor_id=0, actor_name=name, max_restarts=restarts, schedule_request=schedule,
+                        max_retries=options.get("max_task_retries") or 0, actor_id=0, actor_name=name, max_restarts=restarts, schedule_request=schedule,
                         class_meta=self._meta, max_concurrency=options.get("max_concurrency") or 0,
                         runtime_env=_env(options, self._name, holder or self),
                         placement=_placement(options))
@@ -348,6 +348,7 @@ class ActorMethod:
         return_ids, stream = _returns(options.get("num_returns", self._num_returns))
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
         spec = TaskSpec("actor_call", next_id(), name, args_ser, deps, return_ids,
+                        max_retries=options.get("max_task_retries"),   # None: the actor's own
                         actor_id=handle._actor_id, method=self._name, stream=stream)
         client.submit(spec, None)
         return _refs(spec)
