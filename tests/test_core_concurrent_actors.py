@@ -222,3 +222,62 @@ def test_cancel_stops_a_running_async_call_and_the_actor_lives_on(ray_start):
             ray.get(ref, timeout=10)
     assert ray.get(sleeper.nap.remote(0)) == "woke"
     assert ray.get(sleeper.cleaned_up.remote()) == 2   # the long nap's finally, then the short one's
+
+
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+def test_concurrency_groups_run_side_by_side_each_within_its_limit(ray_start, kind):
+    @ray.remote(concurrency_groups={"io": 1, "compute": 2})
+    class Threaded:
+        def __init__(self):
+            self.event, self.lock, self.inside, self.most = threading.Event(), threading.Lock(), 0, 0
+
+        @ray.method(concurrency_group="compute")
+        def wait_for_io(self):
+            return self.event.wait(20)   # needs an "io" call to run meanwhile
+
+        @ray.method(concurrency_group="io")
+        def release(self):
+            self.event.set()
+
+        @ray.method(concurrency_group="io")
+        def one_at_a_time(self):
+            with self.lock:
+                self.inside += 1
+                self.most = max(self.most, self.inside)
+            time.sleep(0.1)
+            with self.lock:
+                self.inside -= 1
+            return self.most
+
+    @ray.remote(concurrency_groups={"io": 1, "compute": 2})
+    class Async:
+        def __init__(self):
+            self.event, self.inside, self.most = asyncio.Event(), 0, 0
+
+        @ray.method(concurrency_group="compute")
+        async def wait_for_io(self):
+            await asyncio.wait_for(self.event.wait(), 20)
+            return True
+
+        @ray.method(concurrency_group="io")
+        async def release(self):
+            self.event.set()
+
+        @ray.method(concurrency_group="io")
+        async def one_at_a_time(self):
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+            await asyncio.sleep(0.1)
+            self.inside -= 1
+            return self.most
+
+    actor = (Threaded if kind == "threaded" else Async).remote()
+    waiting = actor.wait_for_io.remote()
+    actor.release.remote()
+    assert ray.get(waiting, timeout=30) is True
+    assert max(ray.get([actor.one_at_a_time.remote() for _ in range(4)], timeout=30)) == 1
+    # .options() moves a call to another group: two of them may now overlap
+    refs = [actor.one_at_a_time.options(concurrency_group="compute").remote() for _ in range(2)]
+    assert max(ray.get(refs, timeout=30)) == 2
+    with pytest.raises(ValueError, match="concurrency group 'nope'"):
+        ray.get(actor.release.options(concurrency_group="nope").remote(), timeout=30)

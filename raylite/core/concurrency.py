@@ -5,6 +5,10 @@ a thread of its own, up to ``max_concurrency`` at once (default 1000, as in Ray)
 with ``max_concurrency=N > 1`` runs its calls in a pool of N threads. Calls start in submission
 order and each sends its own "done" message. The worker's main thread keeps reading the driver's
 messages meanwhile, so one call may wait (``get``, ``await``) on another call of the same actor.
+
+``concurrency_groups={"io": 2, ...}`` gives each named group its own limit (its own thread pool,
+or its own share of the event loop); a method joins one with ``@ray.method(concurrency_group=)``
+or per call with ``.options(concurrency_group=)``, and the rest share the default limit.
 """
 from __future__ import annotations
 
@@ -14,40 +18,56 @@ import threading
 ASYNC_DEFAULT_CONCURRENCY = 1000
 
 
-def runner_for(executor, max_concurrency: int):
+def runner_for(executor, max_concurrency: int, groups: dict[str, int]):
     """The runner an actor's calls need, or None for one call at a time (the plain loop)."""
     cls = type(executor.actor)
     members = (getattr(cls, name, None) for name in dir(cls))
     if any(inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m) for m in members):
-        return AsyncRunner(executor, max_concurrency or ASYNC_DEFAULT_CONCURRENCY)
-    if max_concurrency > 1:
-        return ThreadRunner(executor, max_concurrency)
+        return AsyncRunner(executor, {None: max_concurrency or ASYNC_DEFAULT_CONCURRENCY, **groups})
+    if max_concurrency > 1 or groups:
+        return ThreadRunner(executor, {None: max_concurrency or 1, **groups})
     return None
 
 
+def _group(executor, spec, limits: dict) -> tuple[bool, str | None]:
+    """(known, name): the call's concurrency group, from .options() or the method's decorator."""
+    name = spec.concurrency_group or getattr(getattr(type(executor.actor), spec.method, None),
+                                             "__ray_concurrency_group__", None)
+    if name in limits:
+        return True, name
+    executor.reject(spec, ValueError(f"{spec.name} asks for concurrency group {name!r}, but the actor has "
+                                     f"{sorted(n for n in limits if n is not None)}"))
+    return False, name
+
+
 class ThreadRunner:
-    def __init__(self, executor, threads: int):
+    def __init__(self, executor, limits: dict):
         from concurrent.futures import ThreadPoolExecutor
         self.executor = executor
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="raylite-actor")
+        self.limits = limits
+        self.pools = {name: ThreadPoolExecutor(n, thread_name_prefix=f"raylite-actor-{name or 'default'}")
+                      for name, n in limits.items()}
 
     def submit(self, spec, deps: dict, assigned: dict, accel: dict) -> None:
-        self.pool.submit(self.executor.execute, spec, deps, assigned, accel)
+        known, group = _group(self.executor, spec, self.limits)
+        if known:
+            self.pools[group].submit(self.executor.execute, spec, deps, assigned, accel)
 
     def cancel(self, task_id: int) -> None:
         """A started call on a thread runs to its end (as in Ray); get() then reports the cancel."""
 
     def drain(self) -> None:
-        self.pool.shutdown(wait=True)
+        for pool in self.pools.values():
+            pool.shutdown(wait=True)
 
 
 class AsyncRunner:
-    def __init__(self, executor, limit: int):
+    def __init__(self, executor, limits: dict):
         import asyncio
         self.asyncio = asyncio
         self.executor = executor
-        self.limit = limit
-        self.slots = None   # the semaphore, made on the loop it belongs to
+        self.limits = limits
+        self.slots = None   # a semaphore per concurrency group, made on the loop they belong to
         self.tasks: dict[int, object] = {}   # task id -> its asyncio task (loop thread only)
         self.doomed: set[int] = set()        # cancelled before their first step (loop thread only)
         self.pending = 0
@@ -56,9 +76,12 @@ class AsyncRunner:
         threading.Thread(target=self.loop.run_forever, name="raylite-actor-loop", daemon=True).start()
 
     def submit(self, spec, deps: dict, assigned: dict, accel: dict) -> None:
+        known, group = _group(self.executor, spec, self.limits)
+        if not known:
+            return
         with self.idle:
             self.pending += 1
-        self.asyncio.run_coroutine_threadsafe(self._run(spec, deps, assigned, accel), self.loop)
+        self.asyncio.run_coroutine_threadsafe(self._run(spec, group, deps, assigned, accel), self.loop)
 
     def cancel(self, task_id: int) -> None:
         """ray.cancel of a running (or waiting) call: CancelledError inside its coroutine, as in Ray."""
@@ -71,16 +94,16 @@ class AsyncRunner:
         else:   # its coroutine has not taken its first step yet
             self.doomed.add(task_id)
 
-    async def _run(self, spec, deps: dict, assigned: dict, accel: dict) -> None:
+    async def _run(self, spec, group: str | None, deps: dict, assigned: dict, accel: dict) -> None:
         if self.slots is None:
-            self.slots = self.asyncio.Semaphore(self.limit)
+            self.slots = {name: self.asyncio.Semaphore(n) for name, n in self.limits.items()}
         ex = self.executor
         self.tasks[spec.task_id] = self.asyncio.current_task()
         try:
             try:
                 if spec.task_id in self.doomed:
                     raise self.asyncio.CancelledError
-                async with self.slots:
+                async with self.slots[group]:
                     ex.begin(spec, assigned, accel)
                     args, kwargs = ex.arguments(spec, deps)
                     value = ex.invoke(spec, args, kwargs)

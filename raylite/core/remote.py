@@ -41,6 +41,11 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
         _check_int(options, key, -1)
     if "retry_exceptions" in options:
         _retry_on(options["retry_exceptions"])
+    groups = options.get("concurrency_groups")
+    if groups is not None and not (isinstance(groups, dict) and all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
+            for k, v in groups.items())):
+        raise ValueError(f"concurrency_groups must map group names to integers >= 1, got {groups!r}")
     return options
 
 
@@ -209,12 +214,15 @@ class RemoteFunction:
         return _refs(spec)
 
 
-def method(*, num_returns: int | str | None = None, **_ignored):
-    """`@ray.method(num_returns=N)` on actor methods (or "streaming" / "dynamic" for generators)."""
+def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None, **_ignored):
+    """`@ray.method(num_returns=N)` on actor methods (or "streaming" / "dynamic" for generators),
+    and `concurrency_group="name"`: the group of the actor's concurrency_groups it runs in."""
     def decorate(fn):
         if num_returns is not None:
             _validate({"num_returns": num_returns}, {"num_returns"}, "actor methods")
             fn.__ray_num_returns__ = num_returns
+        if concurrency_group is not None:
+            fn.__ray_concurrency_group__ = concurrency_group
         return fn
     return decorate
 
@@ -278,6 +286,7 @@ class ActorClass:
         spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
                         max_retries=options.get("max_task_retries") or 0, actor_id=0, actor_name=name, max_restarts=restarts, schedule_request=schedule,
                         class_meta=self._meta, max_concurrency=options.get("max_concurrency") or 0,
+                        concurrency_groups=options.get("concurrency_groups") or None,
                         runtime_env=_env(options, self._name, holder or self),
                         placement=_placement(options))
         spec.actor_id = spec.task_id
@@ -349,6 +358,7 @@ class ActorMethod:
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
         spec = TaskSpec("actor_call", next_id(), name, args_ser, deps, return_ids,
                         max_retries=options.get("max_task_retries"),   # None: the actor's own
-                        actor_id=handle._actor_id, method=self._name, stream=stream)
+                        actor_id=handle._actor_id, method=self._name, stream=stream,
+                        concurrency_group=options.get("concurrency_group"))
         client.submit(spec, None)
         return _refs(spec)

@@ -175,7 +175,7 @@ class _Executor:
             return self.calls.submit(spec, deps, assigned, accel)
         self.execute(spec, deps, assigned, accel)
         if spec.kind == "actor_create" and self.actor is not None:
-            self.calls = concurrency.runner_for(self, spec.max_concurrency)
+            self.calls = concurrency.runner_for(self, spec.max_concurrency, spec.concurrency_groups or {})
             if self.calls is not None:
                 self.client.replies = {}
 
@@ -214,6 +214,13 @@ class _Executor:
         """The driver cancelled a call this actor already has (one at a time: it ran already)."""
         if self.calls is not None:
             self.calls.cancel(task_id)
+
+    def reject(self, spec: TaskSpec, error: Exception) -> None:
+        """Fail a call without running it (its error carries a traceback like any other)."""
+        try:
+            raise error
+        except Exception as e:   # noqa: BLE001 - sent back to the caller
+            self.finish(spec, self.failure(spec, e))
 
     def failure(self, spec: TaskSpec, e: BaseException) -> list:
         if isinstance(e, ActorExit):   # from any thread or the event loop: the driver fails the calls
