@@ -154,6 +154,18 @@ def _preload(names: str) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether pid is still this zygote's child: children are reaped at once (SIGCHLD ignored), so
+    a dead worker's pid may already belong to some other process, which must not be killed."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1]) == os.getpid()
+    except FileNotFoundError:   # gone, or no /proc at all (not Linux): then ask the kernel
+        return not os.path.isdir("/proc/self") and _exists(pid)
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
         return True
