@@ -7,6 +7,7 @@ runs are a few steps. Classes defined here travel to the workers by value, as fr
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -213,6 +214,31 @@ def test_error_in_one_rank_raises_its_type_and_recovers(runtime, tmp_path):
     assert time.perf_counter() - t0 < 30          # rank 0 waits in a collective: it is killed
     assert trainer.state.status == "interrupted"
     # a new group replaces the killed one
+    trainer = _trainer(RayStrategy(num_workers=2), tmp_path, max_steps=2)
+    trainer.fit(Net(), _loader())
+    assert trainer.state.finished
+
+
+class KilledOnRank1(Net):
+    """Rank 1's process dies mid-fit, as from the out-of-memory killer."""
+
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and self.trainer.global_step == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_dead_worker_is_named_by_rank_and_pid(runtime, tmp_path, wait_pids_gone):
+    """A fit whose worker died said only "cannot run _Worker.run: the actor is dead": not which
+    rank, nor which process (to look for in the kernel log after an out-of-memory kill)."""
+    from raylite.plugins import RayStrategy
+
+    trainer = _trainer(RayStrategy(num_workers=2), tmp_path, max_steps=10_000)
+    with pytest.raises(ray.exceptions.ActorDiedError) as exc:
+        trainer.fit(KilledOnRank1(), _loader())
+    match = re.search(r"RayStrategy worker rank 1 of 2 \(pid (\d+)\) died: ", str(exc.value))
+    assert match, str(exc.value)
+    wait_pids_gone([int(match.group(1))])
     trainer = _trainer(RayStrategy(num_workers=2), tmp_path, max_steps=2)
     trainer.fit(Net(), _loader())
     assert trainer.state.finished

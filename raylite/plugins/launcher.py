@@ -32,6 +32,7 @@ import time
 import warnings
 
 import raylite as ray
+from raylite import exceptions
 from raylite.util.placement import layouts
 from raylite.plugins._worker import (FORWARDED_ENV_PREFIXES, _capture_global_state, _Mailbox,  # noqa: F401
                                      _Worker, callback_key, worker_session)
@@ -62,6 +63,7 @@ class _Group:
         self.key = key
         self.runtime = _runtime_id()
         self.address, self.port, self.layouts = None, None, []
+        self.pids: list[int] = []   # in rank order, once started
         cls = ray.remote(_Worker)
         self.actors = [cls.options(**options).remote(init_hook) for _ in range(num_workers)]
         self.placed = [a.ready.remote() for a in self.actors]    # answered as soon as placed,
@@ -94,7 +96,8 @@ class _Group:
         order, self.layouts = layouts([node for node, _, _ in places])
         self.actors = [self.actors[i] for i in order]
         _, self.address, self.port = places[order[0]]
-        ray.get(self.warming)   # a failed start (init_hook raised) surfaces here
+        pids = ray.get(self.warming)   # a failed start (init_hook raised) surfaces here
+        self.pids = [pids[i] for i in order]
         self.started = True
 
     def kill(self) -> None:
@@ -240,7 +243,7 @@ class RayLauncher(_launcher_base()):
             refs = [actor.run.remote(payload, {**spec, "rank": rank, "layout": layout})
                     for rank, (actor, layout) in enumerate(zip(group.actors, group.layouts))]
             del payload
-            outputs = self._wait(refs, mailbox)
+            outputs = self._wait(refs, mailbox, group.pids)
             healthy = True
         finally:
             self._group = None
@@ -254,7 +257,7 @@ class RayLauncher(_launcher_base()):
             return outputs[0]["results"]
         return _recover(strategy, trainer, outputs)
 
-    def _wait(self, refs: list, mailbox) -> list:
+    def _wait(self, refs: list, mailbox, pids: list[int]) -> list:
         pending = list(refs)
         done: dict = {}
         errors: list = []   # (rank, exception) in the order they came
@@ -274,7 +277,8 @@ class RayLauncher(_launcher_base()):
                 except BaseException as e:  # noqa: BLE001 - judged below
                     if isinstance(e, KeyboardInterrupt):
                         raise
-                    errors.append((rank_of[id(ref)], e))
+                    rank = rank_of[id(ref)]
+                    errors.append((rank, _name_dead_worker(e, rank, len(refs), pids[rank])))
                     if not _is_peer_noise(e):
                         raise _root_cause(errors) from None   # the others wait in a collective: stop
                     if deadline is None:   # a peer's symptom: give the cause a moment to arrive
@@ -315,6 +319,15 @@ def _is_peer_noise(e: BaseException) -> bool:
     lines = [ln for ln in str(e).splitlines() if ln.strip()]
     text = f"{type(e).__name__} {lines[-1] if lines else ''}".lower()   # the error's own line, not its traceback
     return "distbackenderror" in text or any(h in text for h in _PEER_HINTS)
+
+
+def _name_dead_worker(e: BaseException, rank: int, world_size: int, pid: int) -> BaseException:
+    """A worker process that died (killed, out of memory, crashed) says which rank and pid it was:
+    the runtime's own message names only the actor class. The type stays, for ``except`` clauses."""
+    if isinstance(e, (exceptions.RayActorError, exceptions.WorkerCrashedError)) and \
+            not isinstance(e, exceptions.RayTaskError):
+        e.args = (f"RayStrategy worker rank {rank} of {world_size} (pid {pid}) died: {e}",)
+    return e
 
 
 def _root_cause(errors: list) -> BaseException:

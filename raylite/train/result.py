@@ -3,6 +3,10 @@
     <run dir>/result.json      one JSON object per rank-0 report (JSON lines), written as they arrive
     <run dir>/progress.csv     the same history as CSV, written when the run ends
     <run dir>/checkpoint_NNNNNN/   checkpoints reported by rank 0 (the last N kept, see CheckpointConfig)
+
+The history lives in ``result.json`` only: the recorder keeps the last report, not every one (a
+long run reporting every step would otherwise grow the driver by about 0.7 KB per report), and
+``Result.metrics_history`` reads the file when first asked.
 """
 from __future__ import annotations
 
@@ -13,7 +17,6 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
 
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import CheckpointConfig
@@ -24,17 +27,30 @@ PROGRESS_FILE = "progress.csv"
 _CKPT_RE = re.compile(r"^checkpoint_(\d{6})($|\.tmp-\d+$)")
 
 
-@dataclass
 class Result:
     """What a run produced: the last rank-0 metrics, the latest checkpoint, the error if it failed,
-    the run directory, and the whole metrics history."""
+    the run directory, and the whole metrics history.
 
-    metrics: dict | None
-    checkpoint: Checkpoint | None
-    error: BaseException | None = None
-    path: str | None = None
-    metrics_history: list = field(default_factory=list, repr=False)
-    best_checkpoints: list = field(default_factory=list, repr=False)   # [(Checkpoint, metrics)]
+    ``metrics_history`` given as None is read from ``path/result.json`` on first use (then kept):
+    the run's history stays on disk until someone asks for it.
+    """
+
+    def __init__(self, metrics: dict | None, checkpoint: Checkpoint | None, error: BaseException | None = None,
+                 path: str | None = None, metrics_history: list | None = None,
+                 best_checkpoints: list | None = None):
+        self.metrics = metrics
+        self.checkpoint = checkpoint
+        self.error = error
+        self.path = path
+        self._history = metrics_history
+        self.best_checkpoints = best_checkpoints if best_checkpoints is not None else []   # [(Checkpoint, metrics)]
+
+    @property
+    def metrics_history(self) -> list[dict]:
+        """Every rank-0 report, in order, as written to ``result.json``."""
+        if self._history is None:
+            self._history = read_json_lines(os.path.join(self.path, RESULT_FILE)) if self.path else []
+        return self._history
 
     @property
     def metrics_dataframe(self):
@@ -70,7 +86,7 @@ def _json_default(value):
 
 
 class RunRecorder:
-    """Driver side of one run: history, checkpoint registry and retention, callbacks."""
+    """Driver side of one run: history file, checkpoint registry and retention, callbacks."""
 
     def __init__(self, run_dir: str, world_size: int, checkpoint_config: CheckpointConfig | None = None,
                  callbacks: list | None = None, config=None):
@@ -79,7 +95,9 @@ class RunRecorder:
         self.world_size = world_size
         self.ckpt_config = checkpoint_config or CheckpointConfig()
         self.callbacks = list(callbacks or [])
-        self.history: list[dict] = []
+        self.reports = 0                       # rank-0 reports recorded (the history is in result.json)
+        self.last: dict | None = None
+        self.columns: dict[str, None] = {}     # every metric name so far, in order: progress.csv's header
         self.checkpoints: list[tuple[int, Checkpoint, dict]] = []   # (index, checkpoint, metrics), kept ones
         self.next_index = 0
         self.attempt = 0
@@ -97,6 +115,7 @@ class RunRecorder:
         self.attempt = attempt
 
     def add(self, items: list) -> None:
+        """Record one drained batch of reports (written to result.json together, one flush per batch)."""
         for attempt, rank, seq, metrics, ckpt_name, ts in items:
             if attempt != self.attempt:
                 continue
@@ -109,15 +128,17 @@ class RunRecorder:
                 self.rounds.setdefault(seq, {})[rank] = metrics
                 if len(self.rounds[seq]) == self.world_size:
                     self._flush_rounds(upto=seq)
+        self._json.flush()
 
     def _record(self, metrics: dict, ckpt_name: str | None, ts: float) -> None:
-        auto = {"training_iteration": len(self.history) + 1, "time_total_s": round(ts - self.start, 6),
+        auto = {"training_iteration": self.reports + 1, "time_total_s": round(ts - self.start, 6),
                 "timestamp": int(ts), "checkpoint_dir_name": ckpt_name}
         for key, value in auto.items():
             metrics.setdefault(key, value)
-        self.history.append(metrics)
+        self.reports += 1
+        self.last = metrics
+        self.columns.update(dict.fromkeys(metrics))
         self._json.write(json.dumps(metrics, default=_json_default) + "\n")
-        self._json.flush()
 
     def _register(self, name: str, metrics: dict) -> None:
         index = int(name.split("_")[1])
@@ -171,16 +192,16 @@ class RunRecorder:
         for cb in self.callbacks:
             if hasattr(cb, "finish_training"):
                 cb.finish_training(error=error is not None)
-        return Result(self.history[-1] if self.history else None, self.latest_checkpoint, error, self.run_dir,
-                      list(self.history), [(c[1], c[2]) for c in self.checkpoints])
+        return Result(self.last, self.latest_checkpoint, error, self.run_dir,
+                      best_checkpoints=[(c[1], c[2]) for c in self.checkpoints])
 
     def _write_csv(self) -> None:
-        columns: dict[str, None] = {}
-        for row in self.history:
-            columns.update(dict.fromkeys(row))
-        with open(os.path.join(self.run_dir, PROGRESS_FILE), "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(columns))
+        """progress.csv from result.json, a row at a time."""
+        with open(os.path.join(self.run_dir, RESULT_FILE)) as src, \
+                open(os.path.join(self.run_dir, PROGRESS_FILE), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(self.columns))
             writer.writeheader()
-            for row in self.history:
-                writer.writerow({k: (json.dumps(v, default=_json_default) if isinstance(v, (dict, list)) else v)
+            for line in src:
+                row = json.loads(line)
+                writer.writerow({k: (json.dumps(v) if isinstance(v, (dict, list)) else v)
                                  for k, v in row.items()})
