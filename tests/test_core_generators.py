@@ -186,3 +186,12 @@ def test_wait_on_generators_and_refs_together(ray_start, tmp_path):
     ready, _ = ray.wait([gen], timeout=20)   # the end: next() would not block either
     assert ready == [gen] and list(gen) == []
     assert ray.wait([slow, gen], num_returns=2, timeout=20)[0] == [slow, gen]
+
+
+def test_generator_cannot_travel_to_another_task(ray_start):
+    @ray.remote
+    def consume(gen):
+        return list(gen)
+
+    with pytest.raises(TypeError, match="ObjectRefGenerator cannot be passed"):
+        consume.remote(count_until.remote("/nonexistent", 1))

@@ -111,6 +111,10 @@ class ObjectRefGenerator:
     def __repr__(self) -> str:
         return f"ObjectRefGenerator({self._completion.hex()})"
 
+    def __reduce__(self):
+        raise TypeError("an ObjectRefGenerator cannot be passed to other tasks or actors (as in Ray); "
+                        "pass the refs it yields, or its completed() ref")
+
 
 class DynamicObjectRefGenerator:
     """The value of a ``num_returns="dynamic"`` task: the refs of everything it yielded."""
