@@ -9,6 +9,8 @@ no /dev/shm segments) behind, and nothing listens on a non-loopback socket.
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -519,3 +521,24 @@ def test_ctrl_c_handler_in_place_is_wrapped_and_restored(ray_init):
         assert signal.getsignal(signal.SIGINT) is mine
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P is 3.11+")
+def test_workers_import_the_drivers_raylite_not_one_in_the_working_directory(tmp_path):
+    """`python -m` would put the working directory first on the zygote's sys.path: a `raylite`
+    folder there (another checkout, another version) would run in the workers."""
+    import raylite
+    decoy = tmp_path / "raylite"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy raylite was imported')\n")
+    script = tmp_path / "drive.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {os.path.dirname(os.path.dirname(raylite.__file__))!r})\n"
+        "import raylite as ray\n"
+        "ray.init(num_cpus=1)\n"
+        "print(ray.get(ray.remote(lambda: __import__('raylite').__file__).remote()))\n"
+        "ray.shutdown()\n")
+    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == raylite.__file__

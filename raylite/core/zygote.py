@@ -31,9 +31,12 @@ class Zygote:
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p])
         env.pop("PYTHONDONTWRITEBYTECODE", None)   # the zygote's start is on the first task's path
         os.set_inheritable(child.fileno(), True)
+        # -P (3.11+): -m would put the working directory first on sys.path, where another raylite (or a
+        # module named like one of the stdlib's) would shadow the one the driver imported
+        safe_path = ["-P"] if sys.version_info >= (3, 11) else []
         try:   # posix_spawn: no fork of this (threaded) process, and cheaper than subprocess
             self.pid = os.posix_spawn(
-                sys.executable, [sys.executable, "-m", "raylite.core.zygote", str(child.fileno()), session],
+                sys.executable, [sys.executable, *safe_path, "-m", "raylite.core.zygote", str(child.fileno()), session],
                 env, setsid=True, file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
         finally:
             child.close()
