@@ -93,6 +93,75 @@ def test_plots(ray2, tmp_path):
     assert [os.path.basename(f) for f in files] == ["again_history.png", "again_importances.png"]
 
 
+def checkpoint_names(path) -> list[str]:
+    return sorted(n for n in os.listdir(path) if n.startswith("checkpoint_"))
+
+
+def test_checkpoint_config_bounds_the_checkpoints_kept(ray2, tmp_path):
+    """CheckpointConfig(num_to_keep=N) deletes the other checkpoints as trials report (the latest always
+    stays, to restart from; also after a retry): a long sweep checkpointing every epoch would otherwise
+    fill the disk."""
+    def trainable(config):
+        import os
+        ckpt = tune.get_checkpoint()
+        start = ckpt.to_dict()["step"] if ckpt else 0
+        for step in range(start, 6):
+            marker = os.path.join(tune.get_trial_dir(), "failed")
+            if step == 4 and not os.path.exists(marker):
+                open(marker, "w").close()
+                raise RuntimeError("once")
+            tune.report({"score": [3, 9, 1, 5, 0, 2][step]}, checkpoint={"step": step + 1})
+
+    a = tune.run(trainable, num_samples=2, storage_path=str(tmp_path), name="newest", verbose=0, max_failures=1,
+                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
+    for t in a.trials:
+        assert t.num_failures == 1 and t.last_result["training_iteration"] == 6
+        assert checkpoint_names(t.path) == ["checkpoint_000005", "checkpoint_000006"]
+        assert [os.path.basename(p) for p, _ in t.checkpoints] == checkpoint_names(t.path)
+
+    grid = tune.Tuner(trainable, run_config=tune.RunConfig(
+        name="best", storage_path=str(tmp_path), verbose=0, failure_config=tune.FailureConfig(max_failures=1),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="score"))).fit()
+    best = grid[0]   # score 9 at iteration 2 and 5 at 4 are the best two; 6 is the latest
+    assert checkpoint_names(best.path) == ["checkpoint_000002", "checkpoint_000004", "checkpoint_000006"]
+    assert [c.to_dict()["step"] for c, _ in best.best_checkpoints] == [2, 4, 6]
+    assert best.checkpoint.to_dict() == {"step": 6}
+
+    with pytest.raises(TypeError, match="checkpoint_config must be a tune.CheckpointConfig"):
+        tune.run(trainable, storage_path=str(tmp_path), verbose=0, checkpoint_config={"num_to_keep": 1})
+
+
+def test_resume_leaves_no_gap_in_a_trials_results(ray2, tmp_path):
+    """A driver killed mid-drain may not have written a trial's last results, though the trial wrote
+    checkpoints after them: resuming restarts from the newest checkpoint whose earlier results are all
+    on disk (and drops newer ones, and partial copies), so the trial's history has no hole."""
+    def trainable(config):
+        ckpt = tune.get_checkpoint()
+        start = ckpt.to_dict()["step"] if ckpt else 0
+        for step in range(start, 5):
+            tune.report({"start": start}, checkpoint={"step": step + 1} if step % 2 else None)
+
+    a = tune.run(trainable, storage_path=str(tmp_path), name="gap", verbose=0)
+    d = a.trials[0].path
+    state = json.loads(open(os.path.join(d, "trial.json")).read())
+    state["status"] = "RUNNING"                      # as the killed driver left it: results 2-5 never written,
+    with open(os.path.join(d, "trial.json"), "w") as f:   # checkpoints 2 and 4 on disk
+        json.dump(state, f)
+    with open(os.path.join(d, "result.json")) as f:
+        first = f.readline()
+    with open(os.path.join(d, "result.json"), "w") as f:
+        f.write(first)
+    assert checkpoint_names(d) == ["checkpoint_000002", "checkpoint_000004"]
+    os.makedirs(os.path.join(d, "checkpoint_000005.tmp4242"))   # a copy its trial was killed in the middle of
+
+    b = tune.run(trainable, storage_path=str(tmp_path), name="gap", verbose=0, resume=True)
+    t = b.trials[0]
+    assert t.status == "TERMINATED" and t.last_result["start"] == 2   # restarted from checkpoint 2, not 4
+    lines = [json.loads(x) for x in open(os.path.join(d, "result.json"))]
+    assert [r["training_iteration"] for r in lines] == [1, 2, 3, 4, 5]
+    assert checkpoint_names(d) == ["checkpoint_000002", "checkpoint_000004"]
+
+
 DRIVER = r'''
 import json, os, sys, time, uuid
 import raylite as ray
@@ -148,8 +217,10 @@ def test_resume_after_driver_sigkill(tmp_path, driver_process):
                 finished_at_kill.add(d.name)
             steps = [int(p.name.split("_")[1]) for p in d.iterdir()
                      if p.name.startswith("checkpoint_") and (p / ".tune_checkpoint.json").exists()]
-            if steps and state["status"] != "TERMINATED":
-                checkpoint_at_kill[d.name] = max(steps)
+            recorded = len((d / "result.json").read_text().splitlines()) if (d / "result.json").exists() else 0
+            usable = [s for s in steps if s <= recorded + 1]   # with every earlier result on disk
+            if usable and state["status"] != "TERMINATED":
+                checkpoint_at_kill[d.name] = max(usable)
     assert len(finished_at_kill) >= 3
     first_pids = {int(m.split("-")[3]) for m in os.listdir(markers)}
     deadline = time.monotonic() + 15      # the killed driver's workers exit on their own

@@ -22,6 +22,23 @@ def curve(config):
         tune.report({"loss": 1.0 / (i + 1) + config["q"]})
 
 
+def test_asha_keeps_its_rungs_across_a_resume(ray2, tmp_path):
+    """The finished trials' rung records come back on resume: without them the next trials compete
+    only with each other, and a resumed week-long sweep stops pruning the bad ones."""
+    def trainable(config):
+        for _ in range(4):
+            tune.report({"loss": config["x"]})
+
+    kw = dict(config={"x": tune.grid_search([4, 3, 2, 1])}, metric="loss", mode="min", max_concurrent_trials=1,
+              scheduler=tune.ASHAScheduler(max_t=4, grace_period=1, reduction_factor=2),
+              storage_path=str(tmp_path), name="asha", verbose=0)
+    a = tune.run(trainable, **kw)   # each trial is the best so far: none pruned
+    assert [t.last_result["training_iteration"] for t in a.trials] == [4, 4, 4, 4]
+    b = tune.run(trainable, num_samples=2, resume=True, **kw)
+    again = {t.config["x"]: t for t in b.trials[4:]}
+    assert again[4].early_stopped and not again[1].early_stopped   # x=4 is worse than 3 of the 4 at rung 0
+
+
 def test_asha_stops_bad_trials_early(ray2, tmp_path):
     max_t = 24
     qs = [0.5, 0.0, 0.9, 0.3, 0.7, 0.1, 0.8, 0.6]

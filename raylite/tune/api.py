@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from raylite.train.config import CheckpointConfig
 from raylite.tune.analysis import ExperimentAnalysis
 from raylite.tune.search import BasicVariantGenerator, Searcher
 from raylite.tune.schedulers import as_scheduler
@@ -29,16 +30,19 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
         stop=None, time_budget_s: float | None = None, max_concurrent_trials: int | None = None,
         storage_path: str | None = None, name: str | None = None, resume: bool = False, max_failures: int = 0,
         raise_on_failed_trial: bool = True, verbose: int = 1, callbacks: list | None = None,
-        local_dir: str | None = None) -> ExperimentAnalysis:
+        local_dir: str | None = None, checkpoint_config: CheckpointConfig | None = None) -> ExperimentAnalysis:
     """Run `trainable(config)` for every sampled config; returns an ExperimentAnalysis.
 
-    The trainable calls `tune.report({...})` once per iteration (and may pass `checkpoint=`).
+    The trainable calls `tune.report({...})` once per iteration (and may pass `checkpoint=`);
+    `checkpoint_config=tune.CheckpointConfig(num_to_keep=N, ...)` bounds how many each trial keeps.
     See README "Hyperparameter search (raylite.tune)" for every argument.
     """
     from raylite.tune.runner import TrialRunner
     from raylite.tune.tuner import split_resources
     trainable, resources_per_trial = split_resources(trainable, resources_per_trial)
     _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures, stop)
+    if checkpoint_config is not None and not isinstance(checkpoint_config, CheckpointConfig):
+        raise TypeError(f"checkpoint_config must be a tune.CheckpointConfig, got {type(checkpoint_config).__name__}")
     search_alg = search_alg if search_alg is not None else BasicVariantGenerator()
     if not isinstance(search_alg, Searcher):
         raise TypeError(f"search_alg must be a tune searcher (OptunaSearch, BasicVariantGenerator), "
@@ -47,7 +51,7 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     metric, mode = _resolve_metric(search_alg, scheduler, metric, mode)
     runner = TrialRunner(trainable, config, num_samples, normalize_resources(resources_per_trial), metric, mode,
                          search_alg, scheduler, stop, time_budget_s, max_concurrent_trials,
-                         storage_path or local_dir, name, resume, max_failures, verbose, callbacks)
+                         storage_path or local_dir, name, resume, max_failures, verbose, callbacks, checkpoint_config)
     analysis = runner.run()
     failed = [t for t in analysis.trials if t.status == ERROR]
     if failed and raise_on_failed_trial:

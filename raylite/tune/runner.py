@@ -35,6 +35,7 @@ from optuna.distributions import distribution_to_json
 from optuna.trial import TrialState
 
 import raylite as ray
+from raylite.train.config import CheckpointConfig
 from raylite.tune import session
 from raylite.tune.analysis import ExperimentAnalysis
 from raylite.tune.progress import ProgressReporter, resources_str, units
@@ -58,7 +59,7 @@ class TrialRunner:
 
     def __init__(self, trainable, config, num_samples, resources_per_trial, metric, mode, search_alg, scheduler,
                  stop, time_budget_s, max_concurrent_trials, storage_path, name, resume, max_failures, verbose,
-                 callbacks):
+                 callbacks, checkpoint_config: CheckpointConfig | None = None):
         self.trainable, self.trainable_name = trainable, getattr(trainable, "__name__", "trainable")
         self.searcher = search_alg if search_alg is not None else BasicVariantGenerator()
         self.scheduler = as_scheduler(scheduler)
@@ -70,6 +71,8 @@ class TrialRunner:
         self.stop, self.time_budget_s = stop, time_budget_s
         self.max_concurrent, self.max_failures = max_concurrent_trials, max_failures
         self.callbacks = list(callbacks or [])
+        self.checkpoint_config = checkpoint_config
+        self.dropped: list[str] = []   # checkpoints it no longer keeps: deleted after this drain's results
         self.stop_at = dict(stop) if isinstance(stop, dict) else {}
         self.may_stop = (not isinstance(self.scheduler, FIFOScheduler) or time_budget_s is not None
                          or (stop is not None and not isinstance(stop, dict)))
@@ -186,7 +189,7 @@ class TrialRunner:
             state=state, value=value if state != TrialState.FAIL else None, params=o.get("params", {}),
             distributions={k: optuna.distributions.json_to_distribution(v) for k, v in o["distributions"].items()},
             intermediate_values={int(k): v for k, v in (o.get("intermediate") or {}).items()},
-            user_attrs={"trial_id": t.trial_id})
+            system_attrs=o.get("system_attrs") or {}, user_attrs={"trial_id": t.trial_id})
         self.study.add_trial(frozen)
         self.mirror.add(frozen)
 
@@ -372,8 +375,7 @@ class TrialRunner:
         ckpt = None
         if trial.attempt > 1 or trial.restored:   # a retried or resumed trial restarts from its checkpoint
             self.storage.flush()
-            ckpt = session.latest_checkpoint(trial.path)
-            self._rewind(trial, ckpt)
+            ckpt = self._rewind(trial)
         info = {"trial_id": trial.trial_id, "trial_dir": trial.path, "attempt": trial.attempt,
                 "checkpoint": ckpt.path if ckpt else None}
         if gate:
@@ -398,16 +400,29 @@ class TrialRunner:
         for cb in self.callbacks:
             cb.on_trial_start(iteration=self.iteration, trials=self.trials, trial=trial)
 
-    def _rewind(self, trial: Trial, ckpt) -> None:
-        """Keep only the results up to the checkpoint the trial restarts from (none without one)."""
+    def _rewind(self, trial: Trial) -> session.Checkpoint | None:
+        """The checkpoint to restart from: the newest with every earlier result on disk (a driver
+        killed mid-drain may have missed the last few results, not the checkpoints the trial wrote
+        after them), else none. Results and checkpoints after it are dropped: the trial redoes them;
+        so are the partial copies of a trial killed while it wrote a checkpoint."""
+        results = read_results(trial.path)
+        recorded = results[-1].get("training_iteration", 0) if results else 0
+        found = session.trial_checkpoints(trial.path)
+        usable = [(it, c) for it, c in found if it <= recorded + 1]
+        upto, ckpt = usable[-1] if usable else (0, None)
+        stale = [c.path for it, c in found if it > upto]
+        stale += [os.path.join(trial.path, n) for n in os.listdir(trial.path) if n.startswith("checkpoint_")
+                  and ".tmp" in n]
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
         meta = ckpt.metadata if ckpt else {}
-        upto = int(meta.get("training_iteration", 0))
-        keep = [r for r in read_results(trial.path) if r.get("training_iteration", 0) <= upto]
+        keep = [r for r in results if r.get("training_iteration", 0) <= upto]
         if upto and meta.get("result") and (not keep or keep[-1].get("training_iteration") != upto):
             keep.append(meta["result"])   # the driver died before it saw the checkpoint's result
         rewrite_results(trial.path, keep)
         trial.rewind(keep)
         trial.restored = False
+        return ckpt
 
     def _release(self, trial: Trial) -> None:
         for k, v in self.req_units.items():
@@ -436,17 +451,25 @@ class TrialRunner:
             else:
                 self._on_result(trial, payload)
                 touched.add(tid)
-        for path, results in self.result_batch.items():
-            self.storage.append_results(path, results)
-        self.result_batch = {}
+        self._write_results()
         if self.new_stops:
             self.hub.stop.remote(self.new_stops)
             self.new_stops = []
         self.drain_interval = DRAIN_MIN_S if touched else min(DRAIN_MAX_S, self.drain_interval * 2)
         self.next_drain = time.monotonic() + self.drain_interval
 
+    def _write_results(self) -> None:
+        """Queue the drained results, then the deletion of the checkpoints they made obsolete."""
+        for path, results in self.result_batch.items():
+            self.storage.append_results(path, results)
+        self.result_batch = {}
+        self.storage.remove_checkpoints(self.dropped)
+        self.dropped = []
+
     def _on_result(self, trial: Trial, result: dict) -> None:
         trial.add_result(result)
+        if self.checkpoint_config is not None and result.get("checkpoint_dir_name"):
+            self.dropped += trial.drop_checkpoints(self.checkpoint_config)
         self.result_batch.setdefault(trial.path, []).append(result)
         self.reporter.result_line(trial, result)
         for cb in self.callbacks:
@@ -575,7 +598,8 @@ class TrialRunner:
             warnings.simplefilter("ignore")
             frozen = self.study.tell(trial.optuna_trial, float(value) if state == TrialState.COMPLETE else None,
                                      state=state)
-        trial.optuna.update(state=frozen.state.name, value=frozen.value)
+        # system_attrs hold the pruner's records (ASHA's rung values), which trials after a resume compete with
+        trial.optuna.update(state=frozen.state.name, value=frozen.value, system_attrs=dict(frozen.system_attrs))
         self.mirror.add(frozen)
 
     # ------------------------------------------------------------------ end
@@ -592,8 +616,7 @@ class TrialRunner:
                 pass
         for trial in self.running.values():
             self.storage.save_trial(trial)
-        for path, results in self.result_batch.items():
-            self.storage.append_results(path, results)
+        self._write_results()
         self.storage.close()
         if self.hub is not None:
             try:

@@ -123,15 +123,14 @@ def persist_checkpoint(ckpt: Checkpoint, trial_dir: str, iteration: int, meta: d
     return Checkpoint(dest)
 
 
-def latest_checkpoint(trial_dir: str) -> Checkpoint | None:
-    """The newest complete checkpoint_* directory of a trial (used to restart it)."""
+def trial_checkpoints(trial_dir: str) -> list[tuple[int, Checkpoint]]:
+    """The complete checkpoint_* directories of a trial, oldest first, with their iterations."""
     try:
-        names = sorted((n for n in os.listdir(trial_dir)
-                        if n.startswith("checkpoint_") and n[11:].isdigit()
-                        and os.path.exists(os.path.join(trial_dir, n, CHECKPOINT_META))), key=lambda n: int(n[11:]))
+        names = [n for n in os.listdir(trial_dir) if n.startswith("checkpoint_") and n[11:].isdigit()
+                 and os.path.exists(os.path.join(trial_dir, n, CHECKPOINT_META))]
     except OSError:
-        return None
-    return Checkpoint(os.path.join(trial_dir, names[-1])) if names else None
+        return []
+    return sorted((int(n[11:]), Checkpoint(os.path.join(trial_dir, n))) for n in names)
 
 
 # ---------------------------------------------------------------------------- the session

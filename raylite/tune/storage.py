@@ -31,6 +31,7 @@ import csv
 import json
 import os
 import queue
+import shutil
 import threading
 import warnings
 
@@ -168,6 +169,12 @@ class ExperimentStorage:
 
     def append_results(self, trial_dir: str, results: list[dict]) -> None:
         self._do(self._append, trial_dir, results)
+
+    def remove_checkpoints(self, paths: list[str]) -> None:
+        """Delete checkpoints the CheckpointConfig no longer keeps, after the results that made them
+        obsolete: a driver killed in between still leaves a checkpoint a resume can restart from."""
+        for path in paths:
+            self._do(shutil.rmtree, path, True)
 
     def close_results(self, trial_dir: str) -> None:
         self._do(self._close_results, trial_dir)

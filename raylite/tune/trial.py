@@ -4,6 +4,10 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from raylite.train.config import CheckpointConfig
 
 PENDING, RUNNING, TERMINATED, ERROR = "PENDING", "RUNNING", "TERMINATED", "ERROR"
 
@@ -83,11 +87,32 @@ class Trial:
             self.checkpoint_path = os.path.join(self.path, name)
             self.checkpoints.append((self.checkpoint_path, {k: v for k, v in result.items() if _number(v)}))
 
+    def drop_checkpoints(self, config: CheckpointConfig) -> list[str]:
+        """Forget all but the `config.num_to_keep` best checkpoints (by `checkpoint_score_attribute`,
+        else the newest) and the latest, which a restart needs.
+        Returns the forgotten ones' paths, for deletion: a long trial would otherwise fill the disk."""
+        n = config.num_to_keep
+        if n is None or len(self.checkpoints) <= n:
+            return []
+        attr = config.checkpoint_score_attribute
+        if attr is None:
+            ranked = self.checkpoints[::-1]
+        else:
+            sign = 1 if config.checkpoint_score_order == "max" else -1
+            ranked = sorted(self.checkpoints, reverse=True,
+                            key=lambda c: sign * c[1][attr] if _number(c[1].get(attr)) else -math.inf)
+        keep = {p for p, _ in ranked[:n]} | {self.checkpoint_path}
+        dropped = [p for p, _ in self.checkpoints if p not in keep]
+        self.checkpoints = [c for c in self.checkpoints if c[0] in keep]
+        return dropped
+
     def rewind(self, results: list[dict]) -> None:
-        """Start the record over from these results (a trial restarting from a checkpoint)."""
+        """Start the record over from these results (a trial restarting from a checkpoint); of
+        their checkpoints, only those still on disk count (older ones may have been dropped)."""
         self.last_result, self.stats, self.checkpoints, self.checkpoint_path = {}, {}, [], None
         for r in results:
             self.add_result(r)
+        self.checkpoints = [c for c in self.checkpoints if os.path.isdir(c[0])]
 
     @property
     def metric_analysis(self) -> dict:

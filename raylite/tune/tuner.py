@@ -29,7 +29,7 @@ from raylite.tune.api import TuneError, _check_arguments, normalize_resources, r
 from raylite.tune.schedulers import as_scheduler
 from raylite.tune.search import Searcher
 from raylite.tune.session import Checkpoint, with_parameters
-from raylite.tune.storage import ExperimentStorage, read_results
+from raylite.tune.storage import ExperimentStorage
 from raylite.tune.trial import ERROR, TERMINATED, Trial
 
 TUNER_FILE = "tuner.pkl"
@@ -178,8 +178,10 @@ def _trial_result(trial: Trial) -> Result:
             with open(trial.error_file) as f:
                 text = f.read()
         error = TuneError(text or trial.error_msg or "trial failed")
+    # metrics_history=None: read from result.json when asked for, so a ResultGrid over thousands of
+    # trials does not load every trial's whole history
     return Result(metrics={**trial.last_result, "config": trial.config}, checkpoint=trial.checkpoint, error=error,
-                  path=trial.path, metrics_history=read_results(trial.path),
+                  path=trial.path, metrics_history=None,
                   best_checkpoints=[(Checkpoint(p), r) for p, r in trial.checkpoints if os.path.isdir(p)])
 
 
@@ -265,9 +267,6 @@ class Tuner:
         checkpoint_config = run_config.checkpoint_config or CheckpointConfig()
         _check_type("run_config.failure_config", failure_config, FailureConfig)
         _check_type("run_config.checkpoint_config", checkpoint_config, CheckpointConfig)
-        if checkpoint_config != CheckpointConfig():
-            warnings.warn("RunConfig.checkpoint_config is ignored by raylite.tune: every checkpoint a trial reports "
-                          "is kept", stacklevel=2)
         self._trainable, self._resources = split_resources(trainable, None)
         self._max_failures = failure_config.max_failures
         _check_arguments(self._trainable, tune_config.num_samples, tune_config.max_concurrent_trials or None,
@@ -304,7 +303,7 @@ class Tuner:
                        time_budget_s=tc.time_budget_s, max_concurrent_trials=tc.max_concurrent_trials or None,
                        storage_path=storage.root, name=storage.name, resume=self._resume,
                        max_failures=self._max_failures, raise_on_failed_trial=False, verbose=rc.verbose,
-                       callbacks=rc.callbacks)
+                       callbacks=rc.callbacks, checkpoint_config=rc.checkpoint_config)
         return ResultGrid(analysis)
 
     def get_results(self) -> ResultGrid:
