@@ -1,5 +1,6 @@
-"""The node manager: the scheduler, the object table (raylite.core.object_table) and the worker
-table, in the driver. One lock guards all of it. A node thread serves the workers' control
+"""The node manager: the scheduler, the object table (raylite.core.object_table), the worker
+table, the actors' lifecycle (raylite.core.actors) and the workers' output (raylite.core.output),
+in the driver. One lock guards all of it. A node thread serves the workers' control
 sockets and timeouts; a user thread's command (`call`: submit, get, put, ...) runs at once in that
 thread when the lock is free, else it is queued for the node thread. Waiting is on events.
 """
@@ -18,19 +19,17 @@ from collections import deque
 from raylite import exceptions
 from raylite.core import accelerators, runtime_env, segments, serialization, streams
 from raylite.core.groups import Groups
+from raylite.core.actors import ActorLifecycle
 from raylite.core.object_table import ObjectTable
+from raylite.core.output import WorkerOutput
 from raylite.core.protocol import Channel, TaskSpec
+from raylite.core.serialization import error_value
 from raylite.core.resources import SCALE, NodeResources, from_fixed
 from raylite.core.workers import Actor, Waiter, WorkerProc
 from raylite.core.zygote import Zygote
 
 
 PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipelined to busy workers
-MAX_PARTIAL_LINE = 1 << 16   # worker output without a newline is printed once this long
-
-
-def _error_value(err: BaseException):
-    return serialization.dumps(err, None, is_error=True)
 
 
 _GROUP_GONE = object()   # _acquire: the spec's placement group was removed
@@ -42,15 +41,6 @@ def _internal_error() -> None:
     sys.stderr.write("raylite: internal error in the node manager:\n" + traceback.format_exc())
 
 
-def _last_drawing(line: bytes) -> bytes:
-    """What a terminal would show of a line redrawn with carriage returns (tqdm's bars): the
-    text after the last one (a trailing one, as in CRLF, ends the line)."""
-    if b"\r" not in line:
-        return line
-    line = line.rstrip(b"\r")
-    return line[line.rfind(b"\r") + 1:]
-
-
 def _earliest(*timeouts: float | None) -> float | None:
     return min((t for t in timeouts if t is not None), default=None)
 
@@ -59,7 +49,7 @@ def _queue_key(spec: TaskSpec) -> tuple:
     return tuple(sorted((spec.schedule_request or spec.request).items())), spec.placement
 
 
-class Node:
+class Node(ActorLifecycle, WorkerOutput):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None):
         self.res = NodeResources(totals, device_ids)
@@ -243,7 +233,7 @@ class Node:
             self.table.streams[spec.return_ids[0]] = streams.Stream()
         lost = next((dep for dep in spec.deps if dep not in self.table.objects), None)
         if lost is not None:
-            return self._finish(spec, _error_value(exceptions.ObjectLostError(
+            return self._finish(spec, error_value(exceptions.ObjectLostError(
                 f"argument {lost:028x} of {spec.name} was freed before the task ran")))
         self.table.hold(spec.deps)
         self.table.hold(spec.args.refs)
@@ -251,7 +241,7 @@ class Node:
         if spec.kind == "actor_call":
             actor = self.actors.get(spec.actor_id)
             if actor is None or actor.state == "DEAD":
-                return self._finish(spec, _error_value(self._actor_died(actor, spec)))
+                return self._finish(spec, error_value(self._actor_died(actor, spec)))
             if spec.max_retries is None:
                 spec.max_retries = actor.spec.max_retries   # the actor's max_task_retries
             actor.queue.append(spec)
@@ -283,7 +273,7 @@ class Node:
         def resolved(_timed_out, waiter):
             if waiter.infeasible_reason or waiter.lost_id is not None:
                 why = waiter.infeasible_reason or f"object {waiter.lost_id:028x} was freed"
-                self._finish(spec, _error_value(exceptions.RayTaskError(
+                self._finish(spec, error_value(exceptions.RayTaskError(
                     spec.name, f"an argument of {spec.name} can never be computed: {why}")))
                 actor = self.actors.get(spec.actor_id) if spec.kind == "actor_call" else None
                 if actor is not None and spec in actor.queue:
@@ -340,7 +330,7 @@ class Node:
         return None
 
     def _group_gone(self, spec: TaskSpec) -> None:
-        error = _error_value(exceptions.RayError(f"cannot run {spec.name}: its placement group was removed"))
+        error = error_value(exceptions.RayError(f"cannot run {spec.name}: its placement group was removed"))
         if spec.kind == "actor_create":
             actor = self.actors[spec.actor_id]
             actor.restarts_left, actor.error = 0, "its placement group was removed"
@@ -365,7 +355,7 @@ class Node:
                 self._signal(w, signal.SIGKILL)   # its death is then final (see _worker_gone)
         entry = self.table.objects.get(group.ready_id)
         if entry is not None and entry.value is None:
-            self.table.set_value(group.ready_id, _error_value(exceptions.RayError(
+            self.table.set_value(group.ready_id, error_value(exceptions.RayError(
                 f"placement group {group.name or pg_id} was removed before it was placed")))
         self.table.release(group.ready_id)
 
@@ -452,7 +442,7 @@ class Node:
         if spec.task_id in self.cancelled:   # cancel() came first: the caller gets the cancellation
             self.cancelled.discard(spec.task_id)
             if not (isinstance(results, list) and results and results[0].is_error):
-                results = _error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled"))
+                results = error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled"))
         if not isinstance(results, list):
             results = [results] * len(spec.return_ids)
         if spec.return_ids:
@@ -473,106 +463,6 @@ class Node:
             for oid in spec.deps + spec.args.refs:
                 self.table.release(oid)
 
-    # ------------------------------------------------------------------ actors
-    def _pump_actor(self, actor: Actor) -> None:
-        w = actor.worker
-        while actor.queue and w is not None and actor.state == "ALIVE":
-            spec = actor.queue[0]
-            if self.table.missing(spec.deps):
-                if not actor.waiting_deps:
-                    actor.waiting_deps = True
-                    self._when_deps_ready(spec, lambda actor=actor: self._resume_actor(actor))
-                return
-            actor.queue.popleft()
-            if spec.task_id in self.cancelled:
-                continue
-            actor.inflight[spec.task_id] = spec
-            self._run_on(w, spec)
-        if actor.exit_when_idle and not actor.queue and w is not None:
-            self._send(w, ("exit",))
-
-    def _resume_actor(self, actor: Actor) -> None:
-        actor.waiting_deps = False
-        self._pump_actor(actor)
-
-    def _actor_died(self, actor: Actor | None, spec: TaskSpec) -> exceptions.ActorDiedError:
-        why = actor.error if actor is not None and actor.error else "it was killed or its process died"
-        return exceptions.ActorDiedError(f"cannot run {spec.name}: the actor is dead ({why})")
-
-    def _release_actor(self, actor: Actor) -> None:
-        actor.refs -= 1
-        if actor.state == "DEAD":
-            return self._forget_actor(actor)
-        if actor.refs <= 0 and not actor.pinned and actor.spec.actor_name is None:
-            actor.exit_when_idle = True   # calls already submitted still run, then it exits
-            if actor.state == "ALIVE":
-                self._pump_actor(actor)
-            elif not actor.queue:
-                self._kill_actor(actor.spec.actor_id, True)
-
-    def kill(self, actor_id: int, no_restart: bool = True) -> None:
-        self._kill_actor(actor_id, no_restart)
-
-    def _kill_actor(self, actor_id: int, no_restart: bool) -> None:
-        actor = self.actors.get(actor_id)
-        if actor is None or actor.state == "DEAD":
-            return
-        if no_restart:
-            actor.restarts_left = 0
-        actor.error = actor.error or "killed by kill()"
-        w = actor.worker
-        if w is None:   # not placed yet
-            for queue in self.queues.values():
-                if actor.spec in queue:
-                    queue.remove(actor.spec)
-            self._actor_gone(actor)
-        else:
-            self._signal(w, signal.SIGKILL)
-
-    def _actor_gone(self, actor: Actor) -> None:
-        """The actor's process ended: fail its calls, then restart it or mark it dead."""
-        w, actor.worker = actor.worker, None
-        if w is not None and w.alloc is not None:
-            w.alloc.pool.release(w.alloc)
-            w.alloc = None
-        pending = list(actor.inflight.values())
-        actor.inflight.clear()
-        restarting = actor.restarts_left != 0 and not actor.exit_when_idle
-        retried = []
-        for spec in pending:
-            if restarting and spec.max_retries != 0 and spec.task_id not in self.cancelled:
-                spec.max_retries -= 1   # max_task_retries: runs again on the restarted actor
-                retried.append(spec)
-            else:
-                self._finish(spec, _error_value(self._actor_died(actor, spec)))
-        actor.queue.extendleft(reversed(retried))
-        if restarting:
-            actor.restarts_left -= 1
-            actor.state, actor.error = "RESTARTING", None
-            self._enqueue(actor.spec)
-            return
-        actor.state = "DEAD"
-        self._drop_args(actor.spec)   # no restart will need the constructor's arguments again
-        while actor.queue:
-            spec = actor.queue.popleft()
-            self._finish(spec, _error_value(self._actor_died(actor, spec)))
-        if actor.spec.actor_name and self.named.get(actor.spec.actor_name) == actor.spec.actor_id:
-            del self.named[actor.spec.actor_name]
-        self._forget_actor(actor)
-
-    def _forget_actor(self, actor: Actor) -> None:
-        """Drop a dead actor's record once no handle can call it (a sweep may create thousands)."""
-        if actor.state == "DEAD" and actor.refs <= 0 and not actor.pinned:
-            self.actors.pop(actor.spec.actor_id, None)
-
-    def get_actor(self, name: str):
-        actor_id = self.named.get(name)
-        if actor_id is None:
-            raise ValueError(f"Failed to look up actor with name '{name}'")
-        actor = self.actors[actor_id]
-        actor.pinned = True
-        return actor_id, actor.class_meta
-
     # ------------------------------------------------------------------ cancel
     def cancel(self, oid: int, force: bool, recursive: bool = True) -> None:
         spec = self.producers.get(oid)
@@ -583,7 +473,7 @@ class Node:
             for child in self.children.pop(spec.task_id, ()):
                 if child.return_ids:
                     self.cancel(child.return_ids[0], force, True)
-        error = _error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled"))
+        error = error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled"))
         for queue in self.queues.values():
             if spec in queue:
                 queue.remove(spec)
@@ -660,34 +550,6 @@ class Node:
             self.sel.register(fd, selectors.EVENT_READ, lambda ev, w=w, fd=fd, s=stream: self._on_output(w, fd, s))
         return w
 
-    def _on_output(self, w: WorkerProc, fd: int, stream: str) -> None:
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        out = getattr(sys, stream)
-        if not data:
-            self.sel.unregister(fd)
-            os.close(fd)
-            data = b"\n" if w.partial.get(fd) else b""
-        text = w.partial.pop(fd, b"") + data
-        *lines, rest = text.split(b"\n")
-        rest = _last_drawing(rest)   # a progress bar redraws its line with \r for days
-        if len(rest) > MAX_PARTIAL_LINE:
-            lines.append(rest)
-            rest = b""
-        if rest:
-            w.partial[fd] = rest
-        if lines:
-            prefix = f"({w.name} pid={w.pid}) "
-            try:
-                out.write("".join(prefix + _last_drawing(line).decode(errors="replace") + "\n" for line in lines))
-                out.flush()
-            except (OSError, ValueError):
-                pass
-
     def _on_worker(self, w: WorkerProc, events: int) -> None:
         if events & selectors.EVENT_WRITE:
             self.dirty_channels.add(w.chan)
@@ -719,14 +581,14 @@ class Node:
         self._unblock(w)
         w.alloc.pool.release(w.alloc)
         if spec.task_id in self.cancelled:
-            self._finish(spec, _error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled")))
+            self._finish(spec, error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled")))
         elif spec.placement is not None and self.groups.pools_for(spec.placement) == []:
             self._group_gone(spec)
         elif spec.max_retries != 0:
             spec.max_retries -= 1
             self._enqueue(spec)
         else:
-            self._finish(spec, _error_value(exceptions.WorkerCrashedError(
+            self._finish(spec, error_value(exceptions.WorkerCrashedError(
                 f"the worker running {spec.name} (pid={w.pid}) died unexpectedly")))
 
     def _unblock(self, w: WorkerProc) -> None:
@@ -917,13 +779,6 @@ class Node:
         self.sel.close()
         self._wake_r.close()
         self._wake_w.close()
-
-    def _drain_output(self) -> bool:
-        """After the loop stopped: print what workers wrote last; True while pipes are open."""
-        keys = [k for k in self.sel.get_map().values() if isinstance(k.fileobj, int)]
-        for key in keys:
-            key.data(selectors.EVENT_READ)
-        return bool(keys)
 
 
 __all__ = ["Node", "SCALE"]

@@ -138,3 +138,8 @@ def dumps_function(fn) -> bytes:
     out = io.BytesIO()
     _pickler()(out, protocol=5).dump(fn)
     return out.getvalue()
+
+
+def error_value(err: BaseException) -> Serialized:
+    """An exception stored as a task's result: get() raises it."""
+    return dumps(err, None, is_error=True)

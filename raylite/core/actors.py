@@ -1,0 +1,114 @@
+"""The node manager's actor lifecycle: placing calls in order, restarts, kills, and forgetting
+dead actors. Part of Node (raylite.core.node), kept in a module of its own: it uses the node's
+state under the node's lock like every other node method."""
+from __future__ import annotations
+
+import signal
+
+from raylite import exceptions
+from raylite.core.protocol import TaskSpec
+from raylite.core.serialization import error_value
+from raylite.core.workers import Actor
+
+
+class ActorLifecycle:
+    """Node methods for actors (see raylite.core.node.Node for the state they use)."""
+
+    def _pump_actor(self, actor: Actor) -> None:
+        w = actor.worker
+        while actor.queue and w is not None and actor.state == "ALIVE":
+            spec = actor.queue[0]
+            if self.table.missing(spec.deps):
+                if not actor.waiting_deps:
+                    actor.waiting_deps = True
+                    self._when_deps_ready(spec, lambda actor=actor: self._resume_actor(actor))
+                return
+            actor.queue.popleft()
+            if spec.task_id in self.cancelled:
+                continue
+            actor.inflight[spec.task_id] = spec
+            self._run_on(w, spec)
+        if actor.exit_when_idle and not actor.queue and w is not None:
+            self._send(w, ("exit",))
+
+    def _resume_actor(self, actor: Actor) -> None:
+        actor.waiting_deps = False
+        self._pump_actor(actor)
+
+    def _actor_died(self, actor: Actor | None, spec: TaskSpec) -> exceptions.ActorDiedError:
+        why = actor.error if actor is not None and actor.error else "it was killed or its process died"
+        return exceptions.ActorDiedError(f"cannot run {spec.name}: the actor is dead ({why})")
+
+    def _release_actor(self, actor: Actor) -> None:
+        actor.refs -= 1
+        if actor.state == "DEAD":
+            return self._forget_actor(actor)
+        if actor.refs <= 0 and not actor.pinned and actor.spec.actor_name is None:
+            actor.exit_when_idle = True   # calls already submitted still run, then it exits
+            if actor.state == "ALIVE":
+                self._pump_actor(actor)
+            elif not actor.queue:
+                self._kill_actor(actor.spec.actor_id, True)
+
+    def kill(self, actor_id: int, no_restart: bool = True) -> None:
+        self._kill_actor(actor_id, no_restart)
+
+    def _kill_actor(self, actor_id: int, no_restart: bool) -> None:
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.state == "DEAD":
+            return
+        if no_restart:
+            actor.restarts_left = 0
+        actor.error = actor.error or "killed by kill()"
+        w = actor.worker
+        if w is None:   # not placed yet
+            for queue in self.queues.values():
+                if actor.spec in queue:
+                    queue.remove(actor.spec)
+            self._actor_gone(actor)
+        else:
+            self._signal(w, signal.SIGKILL)
+
+    def _actor_gone(self, actor: Actor) -> None:
+        """The actor's process ended: fail its calls, then restart it or mark it dead."""
+        w, actor.worker = actor.worker, None
+        if w is not None and w.alloc is not None:
+            w.alloc.pool.release(w.alloc)
+            w.alloc = None
+        pending = list(actor.inflight.values())
+        actor.inflight.clear()
+        restarting = actor.restarts_left != 0 and not actor.exit_when_idle
+        retried = []
+        for spec in pending:
+            if restarting and spec.max_retries != 0 and spec.task_id not in self.cancelled:
+                spec.max_retries -= 1   # max_task_retries: runs again on the restarted actor
+                retried.append(spec)
+            else:
+                self._finish(spec, error_value(self._actor_died(actor, spec)))
+        actor.queue.extendleft(reversed(retried))
+        if restarting:
+            actor.restarts_left -= 1
+            actor.state, actor.error = "RESTARTING", None
+            self._enqueue(actor.spec)
+            return
+        actor.state = "DEAD"
+        self._drop_args(actor.spec)   # no restart will need the constructor's arguments again
+        while actor.queue:
+            spec = actor.queue.popleft()
+            self._finish(spec, error_value(self._actor_died(actor, spec)))
+        if actor.spec.actor_name and self.named.get(actor.spec.actor_name) == actor.spec.actor_id:
+            del self.named[actor.spec.actor_name]
+        self._forget_actor(actor)
+
+    def _forget_actor(self, actor: Actor) -> None:
+        """Drop a dead actor's record once no handle can call it (a sweep may create thousands)."""
+        if actor.state == "DEAD" and actor.refs <= 0 and not actor.pinned:
+            self.actors.pop(actor.spec.actor_id, None)
+
+    def get_actor(self, name: str):
+        actor_id = self.named.get(name)
+        if actor_id is None:
+            raise ValueError(f"Failed to look up actor with name '{name}'")
+        actor = self.actors[actor_id]
+        actor.pinned = True
+        return actor_id, actor.class_meta

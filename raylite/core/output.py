@@ -1,0 +1,59 @@
+"""Worker output: each line a worker prints reaches the driver's stdout or stderr with Ray's
+prefix, `(name pid=N) ...`. Part of Node (raylite.core.node), kept in a module of its own."""
+from __future__ import annotations
+
+import os
+import selectors
+import sys
+
+from raylite.core.workers import WorkerProc
+
+MAX_PARTIAL_LINE = 1 << 16   # worker output without a newline is printed once this long
+
+
+def _last_drawing(line: bytes) -> bytes:
+    """What a terminal would show of a line redrawn with carriage returns (tqdm's bars): the
+    text after the last one (a trailing one, as in CRLF, ends the line)."""
+    if b"\r" not in line:
+        return line
+    line = line.rstrip(b"\r")
+    return line[line.rfind(b"\r") + 1:]
+
+
+class WorkerOutput:
+    """Node methods that forward the workers' stdout and stderr pipes."""
+
+    def _on_output(self, w: WorkerProc, fd: int, stream: str) -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        out = getattr(sys, stream)
+        if not data:
+            self.sel.unregister(fd)
+            os.close(fd)
+            data = b"\n" if w.partial.get(fd) else b""
+        text = w.partial.pop(fd, b"") + data
+        *lines, rest = text.split(b"\n")
+        rest = _last_drawing(rest)   # a progress bar redraws its line with \r for days
+        if len(rest) > MAX_PARTIAL_LINE:
+            lines.append(rest)
+            rest = b""
+        if rest:
+            w.partial[fd] = rest
+        if lines:
+            prefix = f"({w.name} pid={w.pid}) "
+            try:
+                out.write("".join(prefix + _last_drawing(line).decode(errors="replace") + "\n" for line in lines))
+                out.flush()
+            except (OSError, ValueError):
+                pass
+
+    def _drain_output(self) -> bool:
+        """After the loop stopped: print what workers wrote last; True while pipes are open."""
+        keys = [k for k in self.sel.get_map().values() if isinstance(k.fileobj, int)]
+        for key in keys:
+            key.data(selectors.EVENT_READ)
+        return bool(keys)
