@@ -417,14 +417,15 @@ def test_module_defined_in_main_script(tmp_path):
     assert "RESULT __main__ True True" in out.stdout, out.stdout[-2000:]
 
 
-def test_worker_start_runs_the_init_hook_once():
+def test_worker_start_runs_the_init_hook_once(tmp_path):
     """What an actor does when it starts (in-process here): imports, then the hook, once."""
     from raylite.plugins._worker import _Worker
 
     calls = []
     w = _Worker(init_hook=lambda: calls.append(os.getpid()))
-    _node, address, port = w.ready()   # where its rendezvous would be, were it rank 0
-    assert address == "127.0.0.1" and 0 < port < 65536
+    _node, address, port, sees = w.ready(str(tmp_path))   # where its TCP rendezvous would be, were it rank 0
+    assert address == "127.0.0.1" and 0 < port < 65536 and sees
+    assert w.ready(str(tmp_path / "elsewhere"))[3] is False   # another machine's rendezvous directory
     w.warm()
     w.warm()
     assert calls == [os.getpid()]

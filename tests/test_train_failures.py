@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
 import cloudpickle
@@ -106,6 +107,56 @@ def test_worker_deaths_beyond_max_failures_are_a_clear_error(runtime, tmp_path):
         assert "rank 1 of 2 died" in msg and "max_failures=0" in msg
         assert "Latest checkpoint: " + str(tmp_path / "logs" / "run_001" / "checkpoint_00000") in msg
         assert trainer.last_result.error is exc.value
+
+
+def test_reporter_killed_mid_run_restarts_with_a_new_one(runtime, tmp_path, caplog):
+    """The reporter actor dying takes the reports it held: like a worker's death, the attempt starts
+    again from the latest persisted checkpoint with a new reporter (max_failures=-1), and later runs
+    on the Trainer work (they all failed with "cannot run _Reporter.drain: the actor is dead")."""
+    runtime()
+    waiting, killed = tmp_path / "waiting", tmp_path / "killed"
+
+    def train_func():
+        import tempfile
+        import time
+        start = 0
+        ckpt = train.get_checkpoint()
+        if ckpt is not None:
+            with ckpt.as_directory() as d, open(os.path.join(d, "state.json")) as f:
+                start = json.load(f)["step"] + 1
+        for step in range(start, 6):
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "state.json"), "w") as f:
+                    json.dump({"step": step}, f)
+                train.report({"step": step, "start": start}, checkpoint=Checkpoint.from_directory(d))
+            if step == 2 and not killed.exists():
+                time.sleep(0.5)   # the driver drains steps 0-2 (every 0.2 s)
+                waiting.touch()
+                while not killed.exists():   # steps 3-5 go to the dead reporter
+                    time.sleep(0.01)
+        return start
+
+    with Trainer(num_workers=1, logdir=tmp_path / "logs", max_failures=-1) as trainer:
+        reporter = trainer._reporter
+
+        def kill_reporter():
+            deadline = time.monotonic() + 60
+            while not waiting.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            ray.kill(reporter)
+            killed.touch()
+
+        killer = threading.Thread(target=kill_reporter, daemon=True)
+        killer.start()
+        starts = trainer.run(train_func)
+        killer.join()
+        res = trainer.last_result
+        assert trainer.run(lambda: "again") == ["again"]
+    assert starts == [3]
+    assert [(m["step"], m["start"]) for m in res.metrics_history] == [(0, 0), (1, 0), (2, 0), (3, 3), (4, 3), (5, 3)]
+    assert "the reporter actor died" in caplog.text and "restarting the worker group" in caplog.text
+    ckpts = sorted(n for n in os.listdir(res.path) if n.startswith("checkpoint_"))
+    assert ckpts == [f"checkpoint_{i:06d}" for i in range(6)]   # the lost reports' checkpoints were redone
 
 
 def test_use_gpu_true_without_gpus_is_a_clear_error(runtime, tmp_path):

@@ -6,7 +6,9 @@ once, from its public 2.x module paths, so a Lightning upgrade that moves someth
 place with one clear message. What we rely on:
 
 * ``Trainer``/``LightningModule`` behaviour through ``strategies.DDPStrategy`` and
-  ``strategies.FSDPStrategy`` (subclassed: ``_configure_launcher`` and ``root_device``),
+  ``strategies.FSDPStrategy`` (subclassed: ``_configure_launcher`` and ``root_device``; the workers
+  join the process group themselves with both strategies' ``_get_process_group_backend()`` and
+  ``_timeout``, after which Lightning's own init sees it up and skips),
 * ``plugins.environments.ClusterEnvironment`` (the abstract interface),
 * ``callbacks.Callback`` and ``trainer.states.TrainerFn``,
 * ``strategies.launchers.launcher._Launcher``: the launcher interface (``launch``, ``kill``,

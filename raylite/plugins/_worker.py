@@ -47,9 +47,10 @@ class _Worker:
     def __init__(self, init_hook=None):
         self.init_hook = init_hook
 
-    def ready(self) -> tuple[str, str, int]:
-        """Node id, IP and a free port there (the rendezvous, if this actor becomes rank 0)."""
-        return node_address()
+    def ready(self, rendezvous_dir: str) -> tuple[str, str, int, bool]:
+        """Node id, IP and a free port there (the TCP rendezvous, if this actor becomes rank 0 on a
+        cluster), and whether it sees the driver's rendezvous directory (same machine)."""
+        return (*node_address(), os.path.isdir(rendezvous_dir))
 
     def warm(self) -> int:
         from raylite.plugins import _compat  # noqa: F401 - torch + Lightning
@@ -64,7 +65,8 @@ class _Worker:
         strategy, trainer, function, args, kwargs = payload
         rank = spec["rank"]
         strategy._raylite_assign(rank=rank, world_size=spec["world_size"], layout=spec["layout"],
-                                 address=spec["address"], port=spec["port"], trainer=trainer)
+                                 address=spec["address"], port=spec["port"], init_method=spec["init_method"],
+                                 trainer=trainer)
         _session = _WorkerSession(rank, spec["world_size"], spec["mailbox"])
         try:
             results = function(*args, **kwargs)

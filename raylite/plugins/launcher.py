@@ -7,7 +7,8 @@ Lightning calls ``strategy.launcher.launch(trainer._fit_impl, model, ..., traine
    ``num_gpus``, custom ``resources``) from a small pool, starting one if none is idle,
 2. ships ``(strategy, trainer, function, args, kwargs)`` once with ``ray.put`` (cloudpickle: a
    LightningModule defined in ``__main__`` or a notebook travels by value),
-3. runs it in every actor with its rank, the group's ``MASTER_ADDR``/``MASTER_PORT``, the driver's
+3. runs it in every actor with its rank, the group's ``MASTER_ADDR``/``MASTER_PORT`` and rendezvous
+   (a file store when every rank is on this machine: ``raylite.util.rendezvous``), the driver's
    ``PL_*`` variables, working directory, ``sys.path``, RNG and determinism flags,
 4. returns rank 0's output to the driver: the trained weights (loaded into the driver's module),
    ``trainer.state``, ``callback_metrics`` / ``logged_metrics`` / ``progress_bar_metrics``, the
@@ -33,6 +34,7 @@ import warnings
 
 import raylite as ray
 from raylite import exceptions
+from raylite.util.rendezvous import Rendezvous
 from raylite.util.placement import layouts
 from raylite.plugins._worker import (FORWARDED_ENV_PREFIXES, _capture_global_state, _Mailbox,  # noqa: F401
                                      _Worker, callback_key, worker_session)
@@ -56,17 +58,20 @@ def _nested() -> bool:
 
 
 class _Group:
-    """N worker actors with one rendezvous port on rank 0's node; once started, rank i is always
-    actor i (ordered so that one node's actors have consecutive ranks: ``raylite.util.placement``)."""
+    """N worker actors with one rendezvous (a file store, or a port on rank 0's node); once started,
+    rank i is always actor i (ordered so that one node's actors have consecutive ranks:
+    ``raylite.util.placement``)."""
 
     def __init__(self, key: tuple, num_workers: int, options: dict, init_hook):
         self.key = key
         self.runtime = _runtime_id()
         self.address, self.port, self.layouts = None, None, []
+        self.rendezvous = Rendezvous()
+        self.init_method = "env://"   # decided once the actors are placed
         self.pids: list[int] = []   # in rank order, once started
         cls = ray.remote(_Worker)
         self.actors = [cls.options(**options).remote(init_hook) for _ in range(num_workers)]
-        self.placed = [a.ready.remote() for a in self.actors]    # answered as soon as placed,
+        self.placed = [a.ready.remote(self.rendezvous.directory) for a in self.actors]   # answered once placed,
         self.warming = [a.warm.remote() for a in self.actors]   # then the imports run
         self.options = options
         self.started = False
@@ -93,9 +98,10 @@ class _Group:
                     f"num_workers / num_cpus_per_worker, or ray.init(num_cpus=...) with more.",
                     RuntimeWarning, stacklevel=4)
         places = ray.get(placed)
-        order, self.layouts = layouts([node for node, _, _ in places])
+        order, self.layouts = layouts([node for node, _, _, _ in places])
         self.actors = [self.actors[i] for i in order]
-        _, self.address, self.port = places[order[0]]
+        _, self.address, self.port, _ = places[order[0]]
+        self.init_method = self.rendezvous.init_method([(node, seen) for node, _, _, seen in places])
         pids = ray.get(self.warming)   # a failed start (init_hook raised) surfaces here
         self.pids = [pids[i] for i in order]
         self.started = True
@@ -104,6 +110,7 @@ class _Group:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        self.rendezvous.close()
         if not ray.is_initialized() or _runtime_id() != self.runtime:
             return   # that runtime is gone, and its processes with it
         for actor in self.actors:
@@ -131,7 +138,9 @@ class _Pool:
     def acquire(self, key: tuple, num_workers: int, options: dict, init_hook) -> _Group:
         runtime = _runtime_id()
         with self.lock:
-            self.idle = [g for g in self.idle if g.runtime == runtime]   # a past session's groups
+            for g in [g for g in self.idle if g.runtime != runtime]:   # a past session's groups
+                self.idle.remove(g)
+                g.kill()   # their processes are gone; this removes their rendezvous directories
             for g in self.idle:
                 if g.key == key:
                     self.idle.remove(g)
@@ -239,7 +248,7 @@ class RayLauncher(_launcher_base()):
                 "global_state": _capture_global_state(), "mailbox": mailbox,
             }
             group.wait_started()
-            spec.update(address=group.address, port=group.port)
+            spec.update(address=group.address, port=group.port, init_method=group.init_method)
             refs = [actor.run.remote(payload, {**spec, "rank": rank, "layout": layout})
                     for rank, (actor, layout) in enumerate(zip(group.actors, group.layouts))]
             del payload

@@ -3,7 +3,9 @@ processes are raylite actors.
 
 The Lightning surface is two overrides per strategy class: ``_configure_launcher`` (our launcher
 instead of Lightning's subprocess launcher) and ``root_device`` (each worker's own device). The
-rest is Lightning's own DDP / FSDP code running unchanged in every worker, except for the
+rest is Lightning's own DDP / FSDP code running unchanged in every worker, except that the process
+group is joined at the launcher's rendezvous (``setup_environment``: a file store when every rank is
+on this machine, where Lightning's ``env://`` would open a TCP store on every interface) and the
 same-host fast path of a CPU fit (``raylite.util.shm_collectives``: ``setup_environment``,
 ``configure_ddp`` and ``teardown``): the per-step SIGTERM check and DDP's gradient allreduce go
 through shared memory instead of gloo. ``RAYLITE_LIGHTNING_FASTPATH=0`` turns it off.
@@ -20,6 +22,7 @@ from raylite.util import shm_collectives as _fastpath
 from raylite.plugins._compat import PL_NAME, DDPStrategy, FSDPStrategy, SIGTERMException, TrainerFn
 from raylite.plugins.environment import _LaunchedEnvironment
 from raylite.plugins.launcher import RayLauncher
+from raylite.util.rendezvous import use_loopback
 
 _RESERVED = ("parallel_devices", "cluster_environment", "start_method")
 
@@ -51,6 +54,7 @@ class _RayWorkers:
         self._raylite_worker = False
         self._raylite_last: dict = {}
         self._raylite_trainer = None
+        self._raylite_init_method: str | None = None   # the group's rendezvous, in a worker
         self._raylite_local = None   # the same-host fast path's LocalGroup, in a worker during fit
         self._raylite_fastpath = _fastpath.wanted()
         # One entry per worker (Lightning counts processes from it); every worker's own device is
@@ -67,18 +71,32 @@ class _RayWorkers:
         return options
 
     def _raylite_assign(self, *, rank: int, world_size: int, layout, address: str, port: int,
-                        trainer=None) -> None:
+                        init_method: str, trainer=None) -> None:
         """In a worker, before Lightning runs: who this process is (``layout``: where it sits among
-        the nodes, a ``raylite.util.placement.Layout``)."""
+        the nodes, a ``raylite.util.placement.Layout``) and where its group meets."""
         self._raylite_worker = True
         self._raylite_trainer = trainer
+        self._raylite_init_method = init_method
         self.cluster_environment.assign(rank=rank, world_size=world_size, local_rank=layout.local_rank,
                                         local_world_size=layout.local_world_size, node_rank=layout.node_rank,
                                         address=address, port=port)
 
     def setup_environment(self) -> None:
-        super().setup_environment()   # the process group is up after this
+        self._raylite_join_group()
+        super().setup_environment()   # Lightning's own init finds the process group up and keeps it
         self._raylite_connect_local()
+
+    def _raylite_join_group(self) -> None:
+        """Lightning's process group init (``_init_dist_connection``: same backend, ranks, timeout
+        and device), at the launcher's rendezvous instead of ``env://``. Once per worker: the group
+        stays up for the worker's next calls."""
+        if self._raylite_init_method is None or torch.distributed.is_initialized():
+            return
+        env, device = self.cluster_environment, self.root_device
+        use_loopback(self._raylite_init_method)
+        torch.distributed.init_process_group(
+            self._get_process_group_backend(), init_method=self._raylite_init_method, rank=env.global_rank(),
+            world_size=env.world_size(), timeout=self._timeout, device_id=device if device.type != "cpu" else None)
 
     def _raylite_connect_local(self) -> None:
         """In a worker fitting on CPU: the same-host fast path (see ``raylite.util.shm_collectives``)

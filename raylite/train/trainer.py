@@ -2,6 +2,7 @@
 worker group, with report collection, checkpoint persistence and restarts after worker deaths."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -36,6 +37,15 @@ class _GroupDied(Exception):
     def __init__(self, rank: int, error: BaseException):
         super().__init__(f"worker rank {rank} died: {error}")
         self.rank, self.error = rank, error
+
+
+class _ReporterDied(Exception):
+    """The reporter actor died with the reports it held, so the attempt cannot be completed: like a
+    worker's death, the group restarts (with a new reporter) from the latest persisted checkpoint."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(f"the reporter actor died: {error}")
+        self.error = error
 
 
 def _cuda_usable() -> bool:
@@ -249,14 +259,14 @@ class Trainer:
                 return self._attempt(train_func, config, recorder, recorder.latest_checkpoint or checkpoint,
                                      failures, experiment_name)
             except _GroupDied as died:
-                err, rank = died.error, died.rank
+                err, who = died.error, f"worker rank {died.rank} of {self._scaling.num_workers}"
+            except _ReporterDied as died:
+                err, who = died.error, "the reporter actor"
             except exceptions.RayActorError as e:   # died while the group was starting
-                err, rank = e, -1
+                err, who = e, "a worker (while starting the group)"
             failures += 1
             self._teardown([], recorder)
             recorder.remove_orphans()
-            n = self._scaling.num_workers
-            who = f"worker rank {rank} of {n}" if rank >= 0 else "a worker (while starting the group)"
             if 0 <= self.max_failures < failures:
                 latest = recorder.latest_checkpoint
                 raise TrainingFailedError(
@@ -325,7 +335,12 @@ class Trainer:
         return results
 
     def _drain(self, recorder: RunRecorder) -> None:
-        recorder.add(ray.get(self._reporter.drain.remote()))
+        try:
+            items = ray.get(self._reporter.drain.remote())
+        except exceptions.RayActorError as e:
+            self._reporter = None   # the next group start makes a new one
+            raise _ReporterDied(e) from e
+        recorder.add(items)
 
     def _teardown(self, pending: list, recorder: RunRecorder) -> None:
         """Kill the group (peers of a failed worker may be stuck in a collective), wait until their
@@ -336,7 +351,8 @@ class Trainer:
         if pending:
             ray.wait(pending, num_returns=len(pending), timeout=10.0)
         if self._reporter is not None:
-            self._drain(recorder)
+            with contextlib.suppress(_ReporterDied):   # the error being handled says more
+                self._drain(recorder)
 
 
 class TorchTrainer:

@@ -8,8 +8,9 @@ into a busy worker (actor calls run one at a time). Checkpoint files do not trav
 rank 0 copies them into the run directory itself, so on a Ray cluster of several machines the run
 directory (``RunConfig.storage_path``) must be on storage every node mounts, as Ray Train asks too.
 
-Ranks and the rendezvous follow ``raylite.util.placement``: one node's workers get consecutive
-ranks, and rank 0's node hosts the process group's TCP store.
+Ranks follow ``raylite.util.placement``: one node's workers get consecutive ranks. The process
+group meets in a file store when every worker is on the driver's machine (nothing listens), else
+in the TCP store on rank 0's node (``raylite.util.rendezvous``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from datetime import timedelta
 import raylite as ray
 from raylite import exceptions
 from raylite.train import session
+from raylite.util.rendezvous import Rendezvous, use_loopback
 from raylite.util.placement import Layout, assigned_cuda_index, layouts, node_address
 from raylite.util.placement_group import placement_group, remove_placement_group
 from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -51,12 +53,14 @@ class _TrainWorker:
     def __init__(self):
         self.rank = None
 
-    def node(self) -> tuple[str, str, int]:
-        """Node id, IP and a free port there: if this worker becomes rank 0, its TCP store's."""
-        return node_address()
+    def node(self, rendezvous_dir: str) -> tuple[str, str, int, bool]:
+        """Node id, IP and a free port there (if this worker becomes rank 0 on a cluster, its TCP
+        store's), and whether it sees the driver's rendezvous directory (same machine)."""
+        return (*node_address(), os.path.isdir(rendezvous_dir))
 
     def setup(self, rank: int, world_size: int, layout: Layout, master_addr: str, master_port: int,
-              backend: str | None, timeout_s: float, use_gpu: bool, num_threads: int, init_hook=None) -> dict:
+              init_method: str, backend: str | None, timeout_s: float, use_gpu: bool, num_threads: int,
+              init_hook=None) -> dict:
         self.rank = rank
         env = {"RANK": rank, "WORLD_SIZE": world_size, "MASTER_ADDR": master_addr, "MASTER_PORT": master_port}
         os.environ.update({k: str(v) for k, v in env.items()})
@@ -87,7 +91,8 @@ class _TrainWorker:
             import torch._dynamo  # noqa: F401
         if dist.is_initialized():
             dist.destroy_process_group()
-        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size,
+        use_loopback(init_method)
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s))
         if init_hook is not None:
             init_hook()
@@ -155,6 +160,7 @@ class WorkerGroup:
         self.timeout_s = timeout_s
         self.workers: list = []          # in rank order once started
         self.group = None                # the placement group reserving their resources
+        self.rendezvous: Rendezvous | None = None
         self.layouts: list[Layout] = []
         self.infos: list[dict] = []
 
@@ -186,13 +192,15 @@ class WorkerGroup:
                       for i in range(self.num_workers)]
         workers = [WorkerActor.options(**opts, **place).remote() for place in places]
         self.workers = workers
-        places = wait_all([w.node.remote() for w in workers], what, self.request)
-        order, self.layouts = layouts([node for node, _, _ in places])
+        self.rendezvous = Rendezvous()
+        places = wait_all([w.node.remote(self.rendezvous.directory) for w in workers], what, self.request)
+        order, self.layouts = layouts([node for node, _, _, _ in places])
         self.workers = [workers[i] for i in order]
-        _, addr, port = places[order[0]]
+        _, addr, port, _ = places[order[0]]
+        init_method = self.rendezvous.init_method([(node, seen) for node, _, _, seen in places])
         threads = max(1, int(self.request["num_cpus"]))
-        refs = [w.setup.remote(rank, self.num_workers, layout, addr, port, self.backend, self.timeout_s,
-                               self.use_gpu, threads, init_hook)
+        refs = [w.setup.remote(rank, self.num_workers, layout, addr, port, init_method, self.backend,
+                               self.timeout_s, self.use_gpu, threads, init_hook)
                 for rank, (w, layout) in enumerate(zip(self.workers, self.layouts))]
         self.infos = wait_all(refs, what, self.request)
         gpus = [tuple(i["gpu_ids"]) for i in self.infos]
@@ -208,6 +216,8 @@ class WorkerGroup:
     def kill(self) -> None:
         workers, self.workers = self.workers, []
         group, self.group = self.group, None
+        if self.rendezvous is not None:
+            self.rendezvous.close()
         if not ray.is_initialized():
             return
         for w in workers:
