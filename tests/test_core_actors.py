@@ -384,8 +384,13 @@ def test_max_task_retries_runs_a_call_again_on_the_restarted_actor(ray_start, tm
                 os._exit(1)   # the process dies mid-call
             return os.getpid()
 
+        def restarted(self):
+            return ray.get_runtime_context().was_current_actor_reconstructed
+
     actor = ray.remote(max_restarts=2, max_task_retries=1)(Fragile).remote()
+    assert ray.get(actor.restarted.remote()) is False
     assert ray.get(actor.crash_once.remote(str(tmp_path / "a")), timeout=30) > 0
+    assert ray.get(actor.restarted.remote()) is True
     with pytest.raises(ray.exceptions.ActorDiedError):   # the method's own setting wins
         ray.get(actor.crash_once.options(max_task_retries=0).remote(str(tmp_path / "b")), timeout=30)
     plain = ray.remote(max_restarts=1)(Fragile).remote()

@@ -13,6 +13,7 @@ class _Process:
     job_id = "01000000"
     node_id = ""
     worker_id = 0
+    restarted = False   # an actor's process started again after its previous one died
 
 
 class _Call:
@@ -33,8 +34,9 @@ _call: ContextVar[_Call] = ContextVar("raylite_call")
 _last = _Call()   # for threads the user starts inside a task, which begin with an empty context
 
 
-def set_process(job_id: str, node_id: str, worker_id: int) -> None:
+def set_process(job_id: str, node_id: str, worker_id: int, restarted: bool = False) -> None:
     _process.job_id, _process.node_id, _process.worker_id = job_id, node_id, worker_id
+    _process.restarted = restarted
 
 
 def set_current(*, task_id, actor_id, name, assigned, accelerator_ids, placement=None) -> None:
@@ -87,7 +89,7 @@ class RuntimeContext:
 
     @property
     def was_current_actor_reconstructed(self) -> bool:
-        return False
+        return _process.restarted
 
 
 def get_runtime_context() -> RuntimeContext:

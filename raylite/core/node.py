@@ -408,7 +408,7 @@ class Node(ActorLifecycle, WorkerOutput):
         key = (tuple(sorted((k, tuple(v)) for k, v in alloc.device_ids.items())), threads, env)
         if spec.kind == "actor_create":
             actor = self.actors[spec.actor_id]
-            w = self._spawn(alloc.device_ids, key, env)
+            w = self._spawn(alloc.device_ids, key, env, restarted=actor.state == "RESTARTING")
             w.actor, w.alloc, w.name = actor, alloc, spec.name
             actor.worker, actor.state = w, "ALIVE"
             self._run_on(w, spec)
@@ -525,7 +525,7 @@ class Node(ActorLifecycle, WorkerOutput):
             env["OMP_NUM_THREADS"] = str(threads)
         return env
 
-    def _spawn(self, device_ids: dict, key: tuple, env: tuple | None) -> WorkerProc:
+    def _spawn(self, device_ids: dict, key: tuple, env: tuple | None, restarted: bool = False) -> WorkerProc:
         index = next(self._worker_index)
         ours, theirs = socket.socketpair()
         out_r, out_w = os.pipe()
@@ -534,7 +534,7 @@ class Node(ActorLifecycle, WorkerOutput):
         config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
                   "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id,
                   "env": {**self._worker_env(device_ids, key[1]), **env_vars}, "runtime_env": env,
-                  "totals": self.res.total, "device_ids": self.res.device_ids}
+                  "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}
         try:
             self.zygote.fork(config, [theirs.fileno(), out_w, err_w])
         finally:

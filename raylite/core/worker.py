@@ -371,7 +371,8 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     objects.process.client = client
     objects.process.index = config["index"]
     objects.process.runtime_env = config["runtime_env"]
-    context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"])
+    context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"],
+                        restarted=config["restarted"])
     executor = _Executor(client)
 
     def interrupt(signum, frame):  # cancel(): only interrupts a running task (not concurrent calls)
