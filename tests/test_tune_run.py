@@ -112,6 +112,56 @@ def test_best_trial_scopes_results_and_dataframe(ray2, tmp_path):
         unscored.best_trial
 
 
+# One curve per scope, each the best (lowest) under its scope only; fillers are worse under all.
+SCOPE_CURVES = {"last": [9.0] * 11 + [0.5], "all": [0.1] + [9.0] * 11, "avg": [2.5] * 12,
+                "last-5-avg": [9.0] * 7 + [1.0, 1.0, 1.0, 1.0, 2.0], "last-10-avg": [20.0] * 2 + [1.5] * 10}
+
+
+def test_finished_trials_stay_small_and_rank_by_every_scope(ray2, tmp_path):
+    # A week-long sweep keeps every trial in the driver: a finished trial holds its metrics' summaries
+    # (~6.5 KB a trial here, the study's record included), not a 10-value window and an object per
+    # metric, automatic ones included (~18 KB). Rankings are those of the raw results, reloaded too.
+    import gc
+    import statistics
+    import tracemalloc
+
+    n, curves = 100, list(SCOPE_CURVES.values())
+    summary = {"max": max, "min": min, "last": lambda c: c[-1], "avg": statistics.fmean,
+               "last-5-avg": lambda c: statistics.fmean(c[-5:]), "last-10-avg": lambda c: statistics.fmean(c[-10:])}
+
+    def trainable(config):
+        k = config["k"]
+        for v in (curves[k] if k < len(curves) else [10.0] * 3):
+            tune.report({"loss": v, "score": -v})
+
+    def check(analysis, ids):
+        for k, scope in enumerate(SCOPE_CURVES):
+            assert analysis.get_best_trial("loss", "min", scope=scope).trial_id == ids[k], scope
+            assert analysis.get_best_trial("score", "max", scope=scope).trial_id == ids[k], scope
+        by_id = {t.trial_id: t for t in analysis.trials}
+        for k, curve in enumerate(curves):
+            loss = by_id[ids[k]].metric_analysis["loss"]
+            assert {s: loss[s] for s in summary} == pytest.approx({s: f(curve) for s, f in summary.items()})
+        assert by_id[ids[0]].metric_analysis["training_iteration"]["last-5-avg"] == 10.0   # automatic ones too
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        a = tune.run(trainable, config={"k": tune.grid_search(list(range(n)))}, metric="loss", mode="min",
+                     storage_path=str(tmp_path), name="scopes", verbose=0)
+        ids = {t.config["k"]: t.trial_id for t in a.trials}
+        check(a, ids)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+        del a
+        gc.collect()
+        per_trial = (held - tracemalloc.get_traced_memory()[0]) / n
+    finally:
+        tracemalloc.stop()
+    assert per_trial < 10_000, f"{per_trial:.0f} bytes per finished trial"
+    check(tune.ExperimentAnalysis(str(tmp_path / "scopes")), ids)
+
+
 def test_stop_dict_function_and_returned_dict(ray2, tmp_path):
     def trainable(config):
         for i in range(1000):

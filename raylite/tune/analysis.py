@@ -6,7 +6,7 @@ import os
 import warnings
 
 from raylite.tune.storage import ExperimentStorage, flatten, read_results
-from raylite.tune.trial import Trial
+from raylite.tune.trial import SUMMARY_KEYS, Trial
 
 _SCOPES = ("last", "all", "avg", "last-5-avg", "last-10-avg")
 
@@ -57,13 +57,13 @@ class ExperimentAnalysis:
         metric, mode = self._metric_mode(metric, mode, "get_best_trial()")
         if scope not in _SCOPES:
             raise ValueError(f"scope must be one of {_SCOPES}, got {scope!r}")
-        key = ("max" if mode == "max" else "min") if scope == "all" else scope
+        i = SUMMARY_KEYS.index(("max" if mode == "max" else "min") if scope == "all" else scope)
         best, best_value = None, None
         for t in self.trials:
-            stats = t.stats.get(metric)
-            if stats is None or not stats.count:
+            summary = t.metric_summary(metric)
+            if summary is None:
                 continue
-            value = stats.summary()[key]
+            value = summary[i]
             if filter_nan_and_inf and not math.isfinite(value):
                 continue
             if best is None or (value > best_value if mode == "max" else value < best_value):

@@ -581,6 +581,7 @@ class TrialRunner:
             trial.status, state, what = ERROR, TrialState.FAIL, "errored"
         trial.end_time = time.time()
         self._tell(trial, state)
+        trial.compact()
         self.storage.save_trial(trial)
         self.reporter.trial_line(trial, what)
         hook = "on_trial_error" if trial.status == ERROR else "on_trial_complete"
