@@ -187,6 +187,7 @@ class Node(ActorLifecycle, WorkerOutput):
                     _internal_error()
                 self._woken = False
                 self._step()
+                self.pool.expire()   # here only: this thread wakes when the oldest pooled segment is due
             if self.stopping and not self.commands:
                 return
 
@@ -200,7 +201,6 @@ class Node(ActorLifecycle, WorkerOutput):
             if fn is not None:
                 fn(*args)
             self.table.fire_timers()
-            self.pool.expire()
             self._schedule()
             self._flush()
         except Exception:

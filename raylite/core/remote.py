@@ -176,6 +176,7 @@ class RemoteFunction:
         self._fn_id = os.urandom(8).hex()
         self._bytes: bytes | None = None
         self._returns = _default_returns(function)
+        self._retry_on = _retry_on(self._options.get("retry_exceptions", False))
         self.__doc__ = getattr(function, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
@@ -211,7 +212,8 @@ class RemoteFunction:
         spec = TaskSpec("task", next_id(), name, args_ser, deps, return_ids,
                         self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries,
                         runtime_env=_env(options, name, holder or self), placement=_placement(options),
-                        stream=stream, retry_exceptions=_retry_on(options.get("retry_exceptions", False)))
+                        stream=stream, retry_exceptions=(self._retry_on if options is self._options
+                                                         else _retry_on(options.get("retry_exceptions", False))))
         _warn_if_infeasible(client, name, request)
         client.submit(spec, self._bytes)
         return _refs(spec)
