@@ -217,3 +217,16 @@ def test_pooled_segments_nobody_reuses_are_removed(ray2, monkeypatch):
     assert _settle(lambda: not (_session_segments() - before), timeout=10)   # the node trims on its own
     assert segments.pool.bytes == 0
     assert float(kept.sum()) == float(N)   # unlinking did not touch what the driver still reads
+
+
+@pytest.mark.timeout(60)
+def test_a_segment_the_driver_frees_is_removed_when_unused(ray2, monkeypatch):
+    """The driver's own release (a dropped put) pools the segment in the caller's thread: the
+    node thread, asleep, must still wake to remove it once it has not been reused."""
+    from raylite.core import segments
+    monkeypatch.setattr(segments.SegmentPool, "IDLE_S", 0.3)
+    before = _session_segments()
+    ref = ray.put(np.ones(N))
+    assert _session_segments() - before
+    del ref
+    assert _settle(lambda: not (_session_segments() - before), timeout=10)

@@ -102,14 +102,15 @@ class Node(ActorLifecycle, WorkerOutput):
             self._wake()
             return
         first_timer = self.table.timers[0] if self.table.timers else None
+        first_due = self.pool.due
         self.inline_thread = threading.get_ident()
         try:
             self._step(fn, args)
         finally:
             self.inline_thread = None
             self.lock.release()
-        if self.table.timers and self.table.timers[0] is not first_timer:
-            self._wake()   # the node thread's select() must wake for the new get/wait timeout
+        if (self.table.timers and self.table.timers[0] is not first_timer) or self.pool.due < first_due:
+            self._wake()   # the node thread's select() must wake for a new timeout or pool expiry
         if self.held_interrupt is not None and threading.get_ident() == threading.main_thread().ident:
             handler, self.held_interrupt = self.held_interrupt, None
             handler(signal.SIGINT, None)
