@@ -195,3 +195,13 @@ def test_generator_cannot_travel_to_another_task(ray_start):
 
     with pytest.raises(TypeError, match="ObjectRefGenerator cannot be passed"):
         consume.remote(count_until.remote("/nonexistent", 1))
+
+
+def test_async_generator_task(ray_start):
+    @ray.remote
+    async def ticks(n):
+        for i in range(n):
+            await asyncio.sleep(0)
+            yield i * 10
+
+    assert [ray.get(r) for r in ticks.remote(3)] == [0, 10, 20]

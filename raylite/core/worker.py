@@ -240,14 +240,16 @@ class _Executor:
         args, kwargs = self.arguments(spec, deps)
         result = self.invoke(spec, args, kwargs)
         if hasattr(result, "__await__") and type(result).__name__ == "coroutine":   # an async def task
-            import asyncio
-            self.loop = self.loop or asyncio.new_event_loop()
-            result = self.loop.run_until_complete(result)
+            result = self._run_async(result)
         if spec.stream and hasattr(result, "__aiter__"):   # an async generator task
-            import asyncio
-            self.loop = self.loop or asyncio.new_event_loop()
-            return self.loop.run_until_complete(self.stream_async(spec, result))
+            return self._run_async(self.stream_async(spec, result))
         return self.stream(spec, result) if spec.stream else result
+
+    def _run_async(self, coroutine):
+        """Run an async def task (or its async generator) on this worker's own event loop."""
+        import asyncio
+        self.loop = self.loop or asyncio.new_event_loop()
+        return self.loop.run_until_complete(coroutine)
 
     def stream(self, spec: TaskSpec, values) -> streams.DynamicObjectRefGenerator:
         """Send each value a generator task yields as its own object, as soon as it is yielded."""
