@@ -72,8 +72,14 @@ class ObjectTable:
             waiter.expire()
 
     def ready_ids(self, ids) -> set[int]:
-        return {i for i in ids if ((s := self.streams.get(-i)) is None or s.ready() if i < 0
-                                   else (e := self.objects.get(i)) is not None and e.value is not None)}
+        return {i for i in ids if self._ready(i)}
+
+    def _ready(self, oid: int) -> bool:
+        if oid < 0:   # a generator's next value (see add_waiter)
+            stream = self.streams.get(-oid)
+            return stream is None or stream.ready()
+        entry = self.objects.get(oid)
+        return entry is not None and entry.value is not None
 
     def missing(self, ids) -> list[int]:
         """Those of ids (all in the table) whose value is not computed yet."""
