@@ -10,6 +10,7 @@ from raylite.core import context, ray_backend, segments, serialization
 from raylite.core.objects import ObjectRef, next_id, process
 from raylite.core.remote import ActorClass, ActorHandle, RemoteFunction
 from raylite.core.resources import SCALE, to_fixed
+from raylite.core.streams import ObjectRefGenerator
 
 _lock = threading.RLock()
 _node = None
@@ -215,7 +216,6 @@ def get(object_refs, *, timeout: float | None = None):
 def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True):
     """(ready, not_ready), each in the order given; at most num_returns ready. An
     ObjectRefGenerator is ready when its next() would not block."""
-    from raylite.core.streams import ObjectRefGenerator
     if isinstance(object_refs, (ObjectRef, ObjectRefGenerator)):
         raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef")
     refs = list(object_refs)
@@ -268,7 +268,6 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
-    from raylite.core.streams import ObjectRefGenerator
     if isinstance(object_ref, ObjectRefGenerator):
         object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):

@@ -36,12 +36,11 @@ class ObjectTable:
         unique, ready = set(ids), 0
         for oid in unique:
             if oid < 0:   # -id: the next value of the generator whose completion id is id
-                stream = self.streams.get(-oid)
-                if stream is None or stream.ready():
+                if self._ready(oid):
                     ready += 1
                 else:
-                    stream.waiters.append(waiter)
-                    waiter.entries.append(stream)
+                    self.streams[-oid].waiters.append(waiter)
+                    waiter.entries.append(self.streams[-oid])
                 continue
             entry = self.objects.get(oid)
             if entry is None:
