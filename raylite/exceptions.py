@@ -118,3 +118,7 @@ class ActorUnavailableError(RayActorError):
 
 class OutOfMemoryError(RayError):
     """The task's worker was killed by the node's out-of-memory monitor (Ray backend)."""
+
+
+class PendingCallsLimitExceeded(RayError):
+    """An actor call was refused: its handle already has max_pending_calls calls unfinished."""

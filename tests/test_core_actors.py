@@ -199,6 +199,120 @@ def test_get_actor_unknown_name_raises_value_error(ray_start):
     with pytest.raises(ValueError):
         ray.get_actor(f"no-such-actor-{uuid.uuid4().hex}")
 
+    @ray.remote
+    def look_up(n):
+        try:
+            ray.get_actor(n)
+        except ValueError as e:
+            return str(e)
+        return "found"
+
+    assert "no-such" in ray.get(look_up.remote(f"no-such-actor-{uuid.uuid4().hex}"))
+
+
+def test_actor_names_are_unique_per_namespace(ray_init):
+    ray_init(num_cpus=2, namespace="team-a")
+    Counter = _counter_class()
+    a = Counter.options(name="counter").remote(1)
+    with pytest.raises(ValueError, match="'counter' is already taken in namespace 'team-a'"):
+        Counter.options(name="counter").remote()   # at once, as in Ray, not at the first call
+    # get_if_exists hands back the live actor instead of raising
+    same = Counter.options(name="counter", get_if_exists=True).remote(99)
+    assert ray.get(same.incr.remote()) == 2 and ray.get(a.get.remote()) == 2
+    # another namespace has names of its own; lookups default to the job's namespace
+    b = Counter.options(name="counter", namespace="team-b").remote(10)
+    assert ray.get(ray.get_actor("counter").get.remote()) == 2
+    assert ray.get(ray.get_actor("counter", namespace="team-b").get.remote()) == 10
+    with pytest.raises(ValueError, match="namespace 'team-c'"):
+        ray.get_actor("counter", namespace="team-c")
+    # a name is free again once its actor is dead
+    ray.kill(b)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(b.get.remote())
+    again = Counter.options(name="counter", namespace="team-b").remote(20)
+    assert ray.get(again.get.remote()) == 20
+
+
+def test_bad_actor_name_or_namespace_is_a_clear_error(ray_start):
+    Counter = _counter_class()
+    with pytest.raises(ValueError, match="name must be a non-empty string.*name=''"):
+        Counter.options(name="").remote()
+    with pytest.raises(ValueError, match="namespace=3"):
+        Counter.options(name="x", namespace=3).remote()
+    with pytest.raises(ValueError, match="non-empty actor name"):
+        ray.get_actor("")
+    with pytest.raises(ValueError, match="max_pending_calls must be an integer >= -1"):
+        Counter.options(max_pending_calls=-2)
+
+
+def test_runtime_context_namespace_actor_name_and_current_actor(ray_init):
+    ray_init(num_cpus=2, namespace="ctx-ns")
+    ctx = ray.get_runtime_context()
+    assert ctx.namespace == "ctx-ns"
+    assert ctx.get()["namespace"] == "ctx-ns" and "actor_id" not in ctx.get()
+    assert ctx.get_actor_name() is None
+
+    @ray.remote
+    class Self:
+        def __init__(self):
+            self.me_at_init = ray.get_runtime_context().current_actor   # usable in the constructor
+
+        def info(self):
+            c = ray.get_runtime_context()
+            return c.namespace, c.get_actor_name(), c.get()["actor_id"]
+
+        def me(self):
+            return ray.get_runtime_context().current_actor
+
+        def ping(self):
+            return "pong"
+
+    named = Self.options(name="self-aware").remote()
+    namespace, name, actor_id = ray.get(named.info.remote())
+    assert (namespace, name) == ("ctx-ns", "self-aware")
+    assert actor_id == ray.get(named.me.remote())._actor_id.to_bytes(14, "big").hex()
+    assert ray.get(ray.get(named.me.remote()).ping.remote()) == "pong"
+    assert ray.get(Self.remote().info.remote())[1] == ""   # an actor without a name
+    with pytest.raises(RuntimeError, match="only available inside an actor"):
+        ctx.current_actor
+
+
+def test_anonymous_namespace_per_job(ray_init):
+    ray_init(num_cpus=1)
+    first = ray.get_runtime_context().namespace
+    assert len(first) == 36 and first.count("-") == 4
+    ray.shutdown()
+    ray_init(num_cpus=1)
+    assert ray.get_runtime_context().namespace != first
+
+
+def test_max_pending_calls_refuses_calls_beyond_the_limit(ray_start):
+    @ray.remote
+    class Slow:
+        def wait(self, seconds):
+            time.sleep(seconds)
+            return seconds
+
+    a = Slow.options(max_pending_calls=2).remote()
+    first, second = a.wait.remote(0.5), a.wait.remote(0)
+    with pytest.raises(ray.exceptions.PendingCallsLimitExceeded, match="max_pending_calls=2"):
+        a.wait.remote(0)
+    assert ray.get([first, second]) == [0.5, 0]
+    assert ray.get(a.wait.remote(0)) == 0   # room again once calls finished
+
+    @ray.remote
+    def flood(handle):   # the limit travels with the handle (counted per handle, as in Ray)
+        refs = [handle.wait.remote(0.5), handle.wait.remote(0)]
+        try:
+            handle.wait.remote(0)
+        except ray.exceptions.PendingCallsLimitExceeded:
+            return ray.get(refs)
+        return "no limit"
+
+    assert ray.get(flood.remote(a)) == [0.5, 0]
+    unlimited = Slow.remote()
+    assert ray.get([unlimited.wait.remote(0) for _ in range(50)]) == [0] * 50
+
 
 def test_actor_decorator_options_and_options_override(ray_start):
     @ray.remote(num_cpus=1)

@@ -105,10 +105,29 @@ class ActorLifecycle:
         if actor.state == "DEAD" and actor.refs <= 0 and not actor.pinned:
             self.actors.pop(actor.spec.actor_id, None)
 
-    def get_actor(self, name: str):
-        actor_id = self.named.get(name)
-        if actor_id is None:
-            raise ValueError(f"Failed to look up actor with name '{name}'")
-        actor = self.actors[actor_id]
-        actor.pinned = True
-        return actor_id, actor.class_meta
+    def get_actor(self, name: str, namespace: str | None = None):
+        key = (namespace or self.namespace, name)
+        actor = self.actors.get(self.named.get(key, 0))
+        if actor is None:
+            raise ValueError(f"Failed to look up actor with name {name!r} in namespace {key[0]!r}: no actor "
+                             "has that name there (it was never created, it died, or it lives in another "
+                             "namespace; pass namespace=... to look elsewhere)")
+        actor.pinned = True   # a looked-up handle is not counted: the actor lives until killed
+        return actor.spec.actor_id, actor.class_meta
+
+    def create_named(self, spec: TaskSpec, fn_bytes: bytes | None, get_if_exists: bool):
+        """Create a named actor in its namespace (the job's unless given) and return None, or,
+        when the name is taken by a live actor, return that one (get_if_exists) or raise."""
+        if fn_bytes is not None:   # kept even if no actor is created: the caller counts them as sent
+            self.functions.setdefault(spec.fn_id, fn_bytes)
+        namespace, name = spec.actor_name
+        key = spec.actor_name = (namespace or self.namespace, name)
+        holder = self.actors.get(self.named.get(key, 0))
+        if holder is not None and holder.state != "DEAD":
+            if get_if_exists:
+                return self.get_actor(name, key[0])
+            raise ValueError(f"The actor name {name!r} is already taken in namespace {key[0]!r}: pick another "
+                             f"name, or get the existing actor with ray.get_actor({name!r}, namespace={key[0]!r})")
+        self.named[key] = spec.actor_id
+        self.submit(spec, fn_bytes)
+        return None

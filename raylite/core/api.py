@@ -71,6 +71,8 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
         from raylite.core import runtime_env as runtime_envs
         from raylite.core.zygote import Zygote
         job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
+        if namespace is not None and (not isinstance(namespace, str) or not namespace):
+            raise ValueError(f"namespace must be a non-empty string (or None), got namespace={namespace!r}")
         session = f"{os.getpid()}-{os.urandom(4).hex()}"
         zygote = Zygote(session)   # first: its start overlaps everything below
         try:
@@ -81,7 +83,8 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
             from raylite.core.driver import DriverClient
             from raylite.core.node import Node
             node_id = os.urandom(14).hex()
-            _node = Node(totals, device_ids, session, node_id, "01000000", zygote, job_env)
+            namespace = namespace or _anonymous_namespace()
+            _node = Node(totals, device_ids, session, node_id, "01000000", zygote, job_env, namespace)
         except BaseException:
             zygote.close()
             raise
@@ -94,8 +97,14 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
             raise
         process.client = DriverClient(_node)
         process.index = 0
-        context.set_process(job_id="01000000", node_id=node_id, worker_id=0)
+        context.set_process(job_id="01000000", node_id=node_id, worker_id=0, namespace=namespace)
         return _context()
+
+
+def _anonymous_namespace() -> str:
+    """As Ray: a job started without a namespace gets a fresh one, shaped like a uuid."""
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _use_ray(address: str | None, backend: str | None) -> bool:
@@ -282,7 +291,11 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     client = _require_client()
     if client is None:
         return process.ray.get_actor(name, namespace)
-    actor_id, meta = client.get_actor(name)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"get_actor needs a non-empty actor name, got name={name!r}")
+    if namespace is not None and (not isinstance(namespace, str) or not namespace):
+        raise ValueError(f"namespace must be a non-empty string (or None), got namespace={namespace!r}")
+    actor_id, meta = client.get_actor(name, namespace)
     return ActorHandle(actor_id, meta, False)
 
 

@@ -13,7 +13,10 @@ class _Process:
     job_id = "01000000"
     node_id = ""
     worker_id = 0
+    namespace = ""
     restarted = False   # an actor's process started again after its previous one died
+    actor_meta = None   # in an actor's process: its handle's (class name, methods, max_pending_calls)
+    actor_name = ""
 
 
 class _Call:
@@ -34,9 +37,14 @@ _call: ContextVar[_Call] = ContextVar("raylite_call")
 _last = _Call()   # for threads the user starts inside a task, which begin with an empty context
 
 
-def set_process(job_id: str, node_id: str, worker_id: int, restarted: bool = False) -> None:
+def set_process(job_id: str, node_id: str, worker_id: int, restarted: bool = False, namespace: str = "") -> None:
     _process.job_id, _process.node_id, _process.worker_id = job_id, node_id, worker_id
-    _process.restarted = restarted
+    _process.restarted, _process.namespace = restarted, namespace
+
+
+def set_actor(meta: tuple, name: str | None) -> None:
+    """This process became an actor: what current_actor and get_actor_name() report."""
+    _process.actor_meta, _process.actor_name = meta, name or ""
 
 
 def set_current(*, task_id, actor_id, name, assigned, accelerator_ids, placement=None) -> None:
@@ -83,6 +91,31 @@ class RuntimeContext:
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         ids = _now().accelerator_ids   # only the resources this task holds travel with it
         return {r: list(ids.get(r, ())) for r in ACCELERATOR_RESOURCES}
+
+    def get_actor_name(self) -> str | None:
+        """The running actor's name ("" if it has none); None outside an actor."""
+        return None if _now().actor_id is None else _process.actor_name
+
+    @property
+    def namespace(self) -> str:
+        return _process.namespace
+
+    @property
+    def current_actor(self):
+        """A handle to the actor this code runs in (to pass itself to other tasks)."""
+        actor_id = _now().actor_id
+        if actor_id is None or _process.actor_meta is None:
+            raise RuntimeError("current_actor is only available inside an actor")
+        from raylite.core.remote import ActorHandle
+        return ActorHandle(actor_id, _process.actor_meta)
+
+    def get(self) -> dict[str, str]:
+        """Ray's summary dict: job, node and namespace, plus the task and actor ids when set."""
+        out = {"job_id": self.get_job_id(), "node_id": self.get_node_id(), "namespace": self.namespace}
+        for key, value in (("task_id", self.get_task_id()), ("actor_id", self.get_actor_id())):
+            if value is not None:
+                out[key] = value
+        return out
 
     def get_pid(self) -> int:
         return os.getpid()

@@ -24,11 +24,18 @@ class DriverClient:
         return self.node.res
 
     def submit(self, spec, fn_bytes: bytes | None) -> None:
+        self.node.call(self.node.submit, spec, self._first_time(spec, fn_bytes))
+
+    def create_named(self, spec, fn_bytes: bytes | None, get_if_exists: bool):
+        return self.node.call_sync(self.node.create_named, spec, self._first_time(spec, fn_bytes), get_if_exists)
+
+    def _first_time(self, spec, fn_bytes: bytes | None) -> bytes | None:
+        """The function's bytes the first time it is sent, None after (the node keeps them)."""
         if spec.fn_id in self.sent_functions:
-            fn_bytes = None
-        elif fn_bytes is not None:
+            return None
+        if fn_bytes is not None:
             self.sent_functions.add(spec.fn_id)
-        self.node.call(self.node.submit, spec, fn_bytes)
+        return fn_bytes
 
     def put(self, object_id: int, ser) -> None:
         self.node.call(self.node.table.put, object_id, ser)
@@ -103,8 +110,8 @@ class DriverClient:
     def cancel(self, object_id: int, force: bool, recursive: bool) -> None:
         self.node.call(self.node.cancel, object_id, force, recursive)
 
-    def get_actor(self, name: str):
-        return self.node.call_sync(self.node.get_actor, name)
+    def get_actor(self, name: str, namespace: str | None):
+        return self.node.call_sync(self.node.get_actor, name, namespace)
 
     def resources(self) -> tuple[dict, dict]:
         return self.node.call_sync(self.node.resource_view)

@@ -51,13 +51,14 @@ def _queue_key(spec: TaskSpec) -> tuple:
 
 class Node(ActorLifecycle, WorkerOutput):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
-                 node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None):
+                 node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = ""):
         self.res = NodeResources(totals, device_ids)
         self.groups = Groups(self.res)
         self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
         self.max_idle = max(1, -(-totals.get("CPU", 0) // SCALE))   # idle workers kept per device set
         self.session, self.node_id, self.job_id = session, node_id, job_id
         self.job_env = job_env   # init(runtime_env=...), under every task's and actor's own
+        self.namespace = namespace   # the job's: named actors without one of their own live here
         self.shm_prefix = segments.session_prefix(session)
         store = totals.get("object_store_memory", 0) // SCALE
         self.pool = segments.pool = segments.SegmentPool(min(store // 4, 4 << 30))
@@ -79,7 +80,7 @@ class Node(ActorLifecycle, WorkerOutput):
         self.actors: dict[int, Actor] = {}
         self.table = ObjectTable(self.actors, self._release_actor, self.workers,
                                  lambda index, names: self._send(self.workers[index], ("forget", names)))
-        self.named: dict[str, int] = {}
+        self.named: dict[tuple[str, str], int] = {}   # (namespace, name) -> actor id
         self.dirty_channels: set[Channel] = set()
         self._worker_index = itertools.count(1)
         self.stopping = False
@@ -250,8 +251,6 @@ class Node(ActorLifecycle, WorkerOutput):
         if spec.kind == "actor_create":
             actor = Actor(spec, spec.class_meta)
             self.actors[spec.actor_id] = actor
-            if spec.actor_name:
-                self.named[spec.actor_name] = spec.actor_id
         request = spec.schedule_request or spec.request
         message = None
         if spec.placement is not None:
@@ -533,7 +532,7 @@ class Node(ActorLifecycle, WorkerOutput):
         err_r, err_w = os.pipe()
         env_vars, sys_path, cwd = runtime_env.worker_settings(env, list(sys.path), os.getcwd())
         config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
-                  "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id,
+                  "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace,
                   "env": {**self._worker_env(device_ids, key[1]), **env_vars}, "runtime_env": env,
                   "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}
         try:
@@ -740,9 +739,16 @@ class Node(ActorLifecycle, WorkerOutput):
     def _msg_cancel(self, w: WorkerProc, oid: int, force: bool, recursive: bool) -> None:
         self.cancel(oid, force, recursive)
 
-    def _msg_get_actor(self, w: WorkerProc, req: int, name: str) -> None:
+    def _msg_get_actor(self, w: WorkerProc, req: int, name: str, namespace: str | None) -> None:
         try:
-            payload = self.get_actor(name)
+            payload = self.get_actor(name, namespace)
+        except ValueError as e:
+            payload = e
+        self._send(w, ("reply", req, payload))
+
+    def _msg_create_named(self, w: WorkerProc, req: int, spec: TaskSpec, fn_bytes, get_if_exists: bool) -> None:
+        try:
+            payload = self.create_named(spec, fn_bytes, get_if_exists)
         except ValueError as e:
             payload = e
         self._send(w, ("reply", req, payload))

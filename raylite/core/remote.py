@@ -32,8 +32,12 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
     for key in options:
         if key not in allowed:
             raise ValueError(f"Invalid option keyword {key!r} for {what}; valid options: {sorted(allowed)}")
-    for key, minimum in (("max_calls", 0), ("max_concurrency", 1)):
+    for key, minimum in (("max_calls", 0), ("max_concurrency", 1), ("max_pending_calls", -1)):
         _check_int(options, key, minimum)
+    for key in ("name", "namespace"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ValueError(f"{key} must be a non-empty string (or None), got {key}={value!r}")
     if options.get("num_returns") not in streams.MODES:
         _check_int(options, "num_returns", 0)
     for key in ("max_retries", "max_restarts", "max_task_retries"):
@@ -274,12 +278,6 @@ class ActorClass:
         if client is None:
             return process.ray.submit(self, self._cls, args, kwargs, options)
         name = options.get("name")
-        if name is not None and options.get("get_if_exists"):
-            try:
-                actor_id, meta = client.get_actor(name)
-                return ActorHandle(actor_id, meta, False)
-            except ValueError:
-                pass
         request = _request(options, 0.0)   # held while alive: 0 CPU unless asked for
         schedule = None
         if options.get("num_cpus") is None:
@@ -288,16 +286,24 @@ class ActorClass:
             self._bytes = _pickled(self._cls, f"actor class {self._name}")
         args_ser, deps = _pack_args(self._name, args, kwargs, client.shm_prefix)
         restarts = options.get("max_restarts") or 0
+        meta = (*self._meta, options.get("max_pending_calls") or -1)
         spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
-                        max_retries=options.get("max_task_retries") or 0, actor_id=0, actor_name=name, max_restarts=restarts, schedule_request=schedule,
-                        class_meta=self._meta, max_concurrency=options.get("max_concurrency") or 0,
+                        max_retries=options.get("max_task_retries") or 0, actor_id=0,
+                        actor_name=None if name is None else (options.get("namespace"), name),
+                        max_restarts=restarts, schedule_request=schedule,
+                        class_meta=meta, max_concurrency=options.get("max_concurrency") or 0,
                         concurrency_groups=options.get("concurrency_groups") or None,
                         runtime_env=_env(options, self._name, holder or self),
                         placement=_placement(options))
         spec.actor_id = spec.task_id
+        if name is not None:   # at once, as in Ray: a taken name raises here (or get_if_exists returns it)
+            existing = client.create_named(spec, self._bytes, bool(options.get("get_if_exists")))
+            if existing is not None:
+                return ActorHandle(*existing)
         _warn_if_infeasible(client, self._name, schedule or request)
-        client.submit(spec, self._bytes)
-        return ActorHandle(spec.actor_id, self._meta, True)
+        if name is None:
+            client.submit(spec, self._bytes)
+        return ActorHandle(spec.actor_id, meta, True)
 
 
 class ActorHandle(metaclass=BackendType):
@@ -305,8 +311,9 @@ class ActorHandle(metaclass=BackendType):
 
     def __init__(self, actor_id: int, meta: tuple, _tracked: bool = False):
         self._actor_id = actor_id
-        self._class_name, self._methods = meta
+        self._class_name, self._methods, self._max_pending = meta
         self._tracked = _tracked
+        self._pending: list[ObjectRef] = []   # with max_pending_calls: a ref per call not known done
 
     def __getattr__(self, name: str):
         methods = self.__dict__.get("_methods", {})
@@ -319,7 +326,20 @@ class ActorHandle(metaclass=BackendType):
     def __reduce__(self):   # counted like a nested ObjectRef (see raylite.core.objects)
         if not objects.record(self._actor_id) and process.client is not None:
             process.client.pin(self._actor_id)
-        return (_borrowed_handle, (self._actor_id, (self._class_name, self._methods)))
+        return (_borrowed_handle, (self._actor_id, (self._class_name, self._methods, self._max_pending)))
+
+    def _admit(self, client, name: str) -> None:
+        """max_pending_calls: refuse a call while this handle has that many unfinished."""
+        if len(self._pending) < self._max_pending:
+            return
+        ready = client.wait([r.id for r in self._pending], len(self._pending), 0)
+        self._pending = [r for r in self._pending if r.id not in ready]
+        if len(self._pending) >= self._max_pending:
+            from raylite.exceptions import PendingCallsLimitExceeded
+            raise PendingCallsLimitExceeded(
+                f"cannot submit {name}: {len(self._pending)} calls on this actor handle have not finished "
+                f"and max_pending_calls={self._max_pending}; get some results first, or raise the limit with "
+                f".options(max_pending_calls=...) when creating the actor")
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id:028x})"
@@ -359,6 +379,8 @@ class ActorMethod:
         client = _client()
         handle = self._handle
         name = f"{handle._class_name}.{self._name}"
+        if handle._max_pending > 0:
+            handle._admit(client, name)
         return_ids, stream = _returns(options.get("num_returns", self._num_returns))
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
         spec = TaskSpec("actor_call", next_id(), name, args_ser, deps, return_ids,
@@ -366,4 +388,8 @@ class ActorMethod:
                         actor_id=handle._actor_id, method=self._name, stream=stream,
                         concurrency_group=options.get("concurrency_group"))
         client.submit(spec, None)
-        return _refs(spec)
+        out = _refs(spec)
+        if handle._max_pending > 0 and spec.return_ids:   # (num_returns=0 calls cannot be followed)
+            handle._pending.append(out._completion if spec.stream == "streaming"
+                                   else out if type(out) is ObjectRef else out[0])
+        return out

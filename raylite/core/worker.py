@@ -123,8 +123,20 @@ class WorkerClient:
     def cancel(self, object_id: int, force: bool, recursive: bool) -> None:
         self.send(("cancel", object_id, force, recursive))
 
-    def get_actor(self, name: str):
-        return self.request("get_actor", name)
+    def create_named(self, spec: TaskSpec, fn_bytes: bytes | None, get_if_exists: bool):
+        if spec.fn_id in self.sent_functions:
+            fn_bytes = None
+        payload = self.request("create_named", spec, fn_bytes, get_if_exists)
+        self.sent_functions.add(spec.fn_id)
+        if isinstance(payload, ValueError):
+            raise payload
+        return payload
+
+    def get_actor(self, name: str, namespace: str | None):
+        payload = self.request("get_actor", name, namespace)
+        if isinstance(payload, ValueError):
+            raise payload
+        return payload
 
     def resources(self) -> tuple[dict, dict]:
         return self.request("resources")
@@ -173,6 +185,8 @@ class _Executor:
             self.functions[spec.fn_id] = serialization.loads(serialization.Serialized(fn_bytes))
         if self.calls is not None and spec.kind == "actor_call":
             return self.calls.submit(spec, deps, assigned, accel)
+        if spec.kind == "actor_create":   # before the constructor, which may ask for its own handle
+            context.set_actor(spec.class_meta, spec.actor_name[1] if spec.actor_name else None)
         self.execute(spec, deps, assigned, accel)
         if spec.kind == "actor_create" and self.actor is not None:
             self.calls = concurrency.runner_for(self, spec.max_concurrency, spec.concurrency_groups or {})
@@ -374,7 +388,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     objects.process.index = config["index"]
     objects.process.runtime_env = config["runtime_env"]
     context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"],
-                        restarted=config["restarted"])
+                        restarted=config["restarted"], namespace=config["namespace"])
     executor = _Executor(client)
 
     def interrupt(signum, frame):  # cancel(): only interrupts a running task (not concurrent calls)
