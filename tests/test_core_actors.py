@@ -229,8 +229,16 @@ def test_actor_names_are_unique_per_namespace(ray_init):
     ray.kill(b)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(b.get.remote())
+    assert ray.util.list_named_actors() == ["counter"]
+    assert ray.util.list_named_actors(all_namespaces=True) == [{"name": "counter", "namespace": "team-a"}]
     again = Counter.options(name="counter", namespace="team-b").remote(20)
     assert ray.get(again.get.remote()) == 20
+
+    @ray.remote
+    def names():
+        return sorted((d["namespace"], d["name"]) for d in ray.util.list_named_actors(all_namespaces=True))
+
+    assert ray.get(names.remote()) == [("team-a", "counter"), ("team-b", "counter")]
 
 
 def test_bad_actor_name_or_namespace_is_a_clear_error(ray_start):

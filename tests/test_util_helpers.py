@@ -44,3 +44,27 @@ def test_inspect_serializability(ray_start, capsys):
     lock = threading.Lock()
     ok, bad = ray.util.inspect_serializability(lambda: lock, name="uses_lock")
     assert not ok and bad == {"uses_lock"} and "not serializable" in capsys.readouterr().out
+
+
+def test_register_serializer_for_an_unpicklable_class(ray_start):
+    class Guarded:   # a lock inside: pickle refuses it
+        def __init__(self, value):
+            self.value, self.lock = value, threading.Lock()
+
+    @ray.remote
+    def read(g):
+        return g.value, type(g.lock).__name__
+
+    with pytest.raises(TypeError, match="arguments of read"):
+        read.remote(Guarded(1))
+    ray.util.register_serializer(Guarded, serializer=lambda g: g.value,
+                                 deserializer=lambda value: Guarded(value * 10))
+    try:
+        assert ray.get(read.remote(Guarded(2))) == (20, "lock")   # rebuilt by the deserializer
+        assert ray.get(ray.put(Guarded(3))).value == 30
+    finally:
+        ray.util.deregister_serializer(Guarded)
+    with pytest.raises(TypeError, match="arguments of read"):
+        read.remote(Guarded(4))
+    with pytest.raises(TypeError, match="serializer must be callable"):
+        ray.util.register_serializer(Guarded, serializer=None, deserializer=str)

@@ -115,6 +115,11 @@ class ActorLifecycle:
         actor.pinned = True   # a looked-up handle is not counted: the actor lives until killed
         return actor.spec.actor_id, actor.class_meta
 
+    def named_actors(self) -> list[tuple[str, str]]:
+        """(namespace, name) of every named actor not known dead."""
+        return [key for key, actor_id in self.named.items()
+                if actor_id in self.actors and self.actors[actor_id].state != "DEAD"]
+
     def create_named(self, spec: TaskSpec, fn_bytes: bytes | None, get_if_exists: bool):
         """Create a named actor in its namespace (the job's unless given) and return None, or,
         when the name is taken by a live actor, return that one (get_if_exists) or raise."""

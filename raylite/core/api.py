@@ -299,6 +299,19 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     return ActorHandle(actor_id, meta, False)
 
 
+def list_named_actors(all_namespaces: bool = False) -> list:
+    """Names of the live named actors in the job's namespace, or with all_namespaces=True a
+    {"name", "namespace"} dict for each one anywhere (as ray.util.list_named_actors)."""
+    client = _require_client()
+    if client is None:
+        return process.ray.list_named_actors(all_namespaces)
+    named = client.named_actors()
+    if all_namespaces:
+        return [{"name": name, "namespace": namespace} for namespace, name in named]
+    current = context.get_runtime_context().namespace
+    return [name for namespace, name in named if namespace == current]
+
+
 def cluster_resources() -> dict[str, float]:
     client = _require_client()
     return process.ray.cluster_resources() if client is None else client.resources()[0]

@@ -113,6 +113,9 @@ class DriverClient:
     def get_actor(self, name: str, namespace: str | None):
         return self.node.call_sync(self.node.get_actor, name, namespace)
 
+    def named_actors(self) -> list[tuple[str, str]]:
+        return self.node.call_sync(self.node.named_actors)
+
     def resources(self) -> tuple[dict, dict]:
         return self.node.call_sync(self.node.resource_view)
 

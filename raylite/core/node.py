@@ -753,6 +753,9 @@ class Node(ActorLifecycle, WorkerOutput):
             payload = e
         self._send(w, ("reply", req, payload))
 
+    def _msg_named_actors(self, w: WorkerProc, req: int) -> None:
+        self._send(w, ("reply", req, self.named_actors()))
+
     def _msg_resources(self, w: WorkerProc, req: int) -> None:
         self._send(w, ("reply", req, self.resource_view()))
 

@@ -171,6 +171,11 @@ def get_actor(name: str, namespace: str | None):
     return _ray().get_actor(name, namespace=namespace)
 
 
+def list_named_actors(all_namespaces: bool) -> list:
+    import ray.util
+    return ray.util.list_named_actors(all_namespaces)
+
+
 def cluster_resources() -> dict:
     return _ray().cluster_resources()
 

@@ -41,6 +41,23 @@ class Serialized:
 
 
 _pickler_class = None
+_custom: dict[type, tuple] = {}   # register_serializer: class -> (serializer, deserializer)
+
+
+def register_serializer(cls: type, *, serializer, deserializer) -> None:
+    """Pickle instances of exactly `cls` as deserializer(serializer(obj)) (ray.util's, for types
+    pickle cannot handle). The deserializer travels inside the data, so readers need no
+    registration; like Ray's, it applies to what this process serializes."""
+    if not isinstance(cls, type):
+        raise TypeError(f"register_serializer needs a class, got {cls!r}")
+    for field, fn in (("serializer", serializer), ("deserializer", deserializer)):
+        if not callable(fn):
+            raise TypeError(f"register_serializer: {field} must be callable, got {fn!r}")
+    _custom[cls] = (serializer, deserializer)
+
+
+def deregister_serializer(cls: type) -> None:
+    _custom.pop(cls, None)
 
 
 def _pickler():
@@ -57,6 +74,9 @@ def _pickler():
                     # cloudpickle >= 3.1 blanks co_filename; remote tracebacks should name the file
                     rebuild, args = code_reduce(obj)
                     return rebuild, tuple(obj.co_filename if a == "<dynamic-code>" else a for a in args)
+                if _custom and type(obj) in _custom:
+                    serializer, deserializer = _custom[type(obj)]
+                    return deserializer, (serializer(obj),)
                 torch = sys.modules.get("torch")   # never import torch for the user
                 if torch is not None and type(obj) is torch.Tensor and _tensor_shareable(obj, torch):
                     try:

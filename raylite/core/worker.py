@@ -138,6 +138,9 @@ class WorkerClient:
             raise payload
         return payload
 
+    def named_actors(self) -> list[tuple[str, str]]:
+        return self.request("named_actors")
+
     def resources(self) -> tuple[dict, dict]:
         return self.request("resources")
 
