@@ -18,6 +18,7 @@ import uuid
 import pytest
 
 import raylite as ray
+from helpers import wait_until
 
 
 # --------------------------------------------------------------------------
@@ -592,6 +593,32 @@ def test_task_stdout_and_stderr_prefixed_like_ray(ray_start, read_output):
         assert re.search(r"^.*" + re.escape(prefix + text) + r"\s*$", out, re.M), (text, out)
     assert prefix + f"oops {tag}" in err, err
     assert f"oops {tag}" not in out
+
+
+def test_log_to_driver_false_sends_worker_output_to_log_files(ray_init, read_output, tmp_path):
+    tag = uuid.uuid4().hex
+    ray_init(num_cpus=1, log_to_driver=False, _temp_dir=str(tmp_path))
+
+    @ray.remote
+    def quiet_task(tag):
+        print(f"to-file {tag}")
+        print(f"err-file {tag}", file=sys.stderr)
+        return os.getpid()
+
+    pid = ray.get(quiet_task.remote(tag))
+
+    def written():
+        files = [tmp_path.glob(f"raylite/session_*/logs/worker-{pid}.{ext}") for ext in ("out", "err")]
+        found = [next(f, None) for f in files]
+        if all(found) and f"err-file {tag}" in found[1].read_text():
+            return found
+
+    out_file, err_file = wait_until(written, timeout=5, what="worker log files")
+    assert out_file.read_text() == f"to-file {tag}\n" and err_file.read_text() == f"err-file {tag}\n"
+    logs = [out_file.parent]
+    assert oct(logs[0].stat().st_mode & 0o777) == "0o700"
+    out, err = read_output(lambda o, e: False, timeout=0.3)
+    assert tag not in out and tag not in err
 
 
 def test_progress_bar_output_shows_its_last_drawing(ray_start, read_output):

@@ -84,7 +84,8 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
             from raylite.core.node import Node
             node_id = os.urandom(14).hex()
             namespace = namespace or _anonymous_namespace()
-            _node = Node(totals, device_ids, session, node_id, "01000000", zygote, job_env, namespace)
+            log_dir = None if log_to_driver else _log_dir(_temp_dir, session)
+            _node = Node(totals, device_ids, session, node_id, "01000000", zygote, job_env, namespace, log_dir)
         except BaseException:
             zygote.close()
             raise
@@ -99,6 +100,13 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
         process.index = 0
         context.set_process(job_id="01000000", node_id=node_id, worker_id=0, namespace=namespace)
         return _context()
+
+
+def _log_dir(temp_dir: str | None, session: str) -> str:
+    """Where worker output goes with log_to_driver=False: <temp dir>/raylite/session_<id>/logs
+    (Ray's layout under /tmp/ray); kept after shutdown, as Ray keeps its logs."""
+    import tempfile
+    return os.path.join(temp_dir or tempfile.gettempdir(), "raylite", f"session_{session}", "logs")
 
 
 def _anonymous_namespace() -> str:

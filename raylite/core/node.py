@@ -51,7 +51,8 @@ def _queue_key(spec: TaskSpec) -> tuple:
 
 class Node(ActorLifecycle, WorkerOutput):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
-                 node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = ""):
+                 node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
+                 log_dir: str | None = None):
         self.res = NodeResources(totals, device_ids)
         self.groups = Groups(self.res)
         self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
@@ -59,6 +60,7 @@ class Node(ActorLifecycle, WorkerOutput):
         self.session, self.node_id, self.job_id = session, node_id, job_id
         self.job_env = job_env   # init(runtime_env=...), under every task's and actor's own
         self.namespace = namespace   # the job's: named actors without one of their own live here
+        self.log_dir = log_dir       # init(log_to_driver=False): worker output goes to files here
         self.shm_prefix = segments.session_prefix(session)
         store = totals.get("object_store_memory", 0) // SCALE
         self.pool = segments.pool = segments.SegmentPool(min(store // 4, 4 << 30))

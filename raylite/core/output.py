@@ -43,13 +43,25 @@ class WorkerOutput:
             rest = b""
         if rest:
             w.partial[fd] = rest
-        if lines:
+        if lines and self.log_dir is not None:
+            self._to_log_file(w, stream, lines)
+        elif lines:
             prefix = f"({w.name} pid={w.pid}) "
             try:
                 out.write("".join(prefix + _last_drawing(line).decode(errors="replace") + "\n" for line in lines))
                 out.flush()
             except (OSError, ValueError):
                 pass
+
+    def _to_log_file(self, w: WorkerProc, stream: str, lines: list[bytes]) -> None:
+        """log_to_driver=False: as Ray, each worker's output goes to worker-<pid>.out / .err."""
+        path = os.path.join(self.log_dir, f"worker-{w.pid}.{'out' if stream == 'stdout' else 'err'}")
+        try:
+            os.makedirs(self.log_dir, mode=0o700, exist_ok=True)
+            with open(path, "ab") as f:
+                f.write(b"".join(_last_drawing(line) + b"\n" for line in lines))
+        except OSError:
+            pass
 
     def _drain_output(self) -> bool:
         """After the loop stopped: print what workers wrote last; True while pipes are open."""
