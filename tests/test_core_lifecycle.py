@@ -542,3 +542,14 @@ def test_workers_import_the_drivers_raylite_not_one_in_the_working_directory(tmp
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == raylite.__file__
+
+
+def test_local_mode_warns_that_tasks_still_run_in_workers(ray_init):
+    with pytest.warns(UserWarning, match=r"local_mode=True\) is not supported"):
+        ray_init(num_cpus=1, local_mode=True)
+
+    @ray.remote
+    def where():
+        return os.getpid()
+
+    assert ray.get(where.remote()) != os.getpid()

@@ -73,6 +73,10 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
         job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
         if namespace is not None and (not isinstance(namespace, str) or not namespace):
             raise ValueError(f"namespace must be a non-empty string (or None), got namespace={namespace!r}")
+        if local_mode:
+            import warnings
+            warnings.warn("init(local_mode=True) is not supported (Ray deprecated it): tasks and actors run in "
+                          "worker processes as usual", stacklevel=2)
         session = f"{os.getpid()}-{os.urandom(4).hex()}"
         zygote = Zygote(session)   # first: its start overlaps everything below
         try:
