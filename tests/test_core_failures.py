@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 import uuid
+import warnings
 
 import pytest
 
@@ -470,6 +471,26 @@ def test_unpicklable_function_fails_at_remote(ray_start):
     with pytest.raises(_SERIALIZATION_ERRORS) as excinfo:
         remote_fn.remote()
     _assert_serialization_message(excinfo.value)
+
+
+def test_function_capturing_a_large_object_warns_at_remote(ray_start):
+    blob = b"x" * (11 << 20)
+
+    @ray.remote
+    def captures():
+        return len(blob)
+
+    with pytest.warns(UserWarning, match=r"function captures is very large when pickled \(11\.\d MiB\)"):
+        ref = captures.remote()
+    assert ray.get(ref) == 11 << 20
+
+    @ray.remote
+    def small():
+        return 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ray.get(small.remote()) == 1
 
 
 def test_unpicklable_actor_arguments_fail_at_remote(ray_start):

@@ -116,11 +116,19 @@ def _pack_args(name: str, args: tuple, kwargs: dict, prefix: str):
         raise TypeError(f"Could not serialize the arguments of {name}: {e}") from e
 
 
+LARGE_FUNCTION_BYTES = 10 << 20   # Ray warns above the same size
+
+
 def _pickled(obj, name: str) -> bytes:
     try:
-        return serialization.dumps_function(obj)
+        data = serialization.dumps_function(obj)
     except Exception as e:
         raise TypeError(f"Could not serialize {name} to send it to a worker: {e}") from e
+    if len(data) > LARGE_FUNCTION_BYTES:   # every worker that runs it gets its own copy
+        warnings.warn(f"{name} is very large when pickled ({len(data) / (1 << 20):.1f} MiB): its definition "
+                      "probably captures a large array or other object in scope. Pass it with ray.put() and "
+                      "an argument instead.", stacklevel=4)
+    return data
 
 
 def _warn_if_infeasible(client, name: str, request: dict) -> None:
