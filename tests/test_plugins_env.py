@@ -149,6 +149,66 @@ def test_ray_environment_inside_train_trainer(runtime):
     _check_ddp_results(results)
 
 
+def _ray_train_lightning_func():
+    """Ray 2.x's "Train with PyTorch Lightning" guide, as written (devices="auto")."""
+    import pytorch_lightning as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from raylite import train
+    from raylite.train.lightning import (RayDDPStrategy, RayLightningEnvironment, RayTrainReportCallback,
+                                         prepare_trainer)
+
+    class Net(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.log("train_loss", loss, sync_dist=True)
+            self.log("rank_sum", float(self.global_rank), reduce_fx="sum", sync_dist=True)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=g)
+    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    torch.manual_seed(0)
+    trainer = pl.Trainer(devices="auto", accelerator="auto", strategy=RayDDPStrategy(),
+                         plugins=[RayLightningEnvironment()], callbacks=[RayTrainReportCallback()],
+                         enable_checkpointing=False, max_epochs=2, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    trainer = prepare_trainer(trainer)
+    trainer.fit(Net(), train_dataloaders=loader)
+    assert trainer.num_training_batches == 64 // 8 // train.get_context().get_world_size()
+
+
+def test_ray_train_lightning_api_in_torch_trainer(runtime, tmp_path):
+    from raylite import train
+    from raylite.train.torch import TorchTrainer
+
+    result = TorchTrainer(_ray_train_lightning_func, scaling_config=train.ScalingConfig(num_workers=2),
+                          run_config=train.RunConfig(storage_path=str(tmp_path), name="lightning")).fit()
+    assert result.error is None
+    assert result.metrics["epoch"] == 1 and result.metrics["step"] == 8
+    assert result.metrics["rank_sum"] == 1.0 and result.metrics["train_loss"] >= 0
+    with result.checkpoint.as_directory() as d:
+        state = torch.load(os.path.join(d, "checkpoint.ckpt"), weights_only=False)
+    assert state["epoch"] == 1 and "layer.weight" in state["state_dict"]
+
+
+def test_prepare_trainer_rejects_other_strategies():
+    from raylite.train.lightning import prepare_trainer
+
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False)
+    with pytest.raises(RuntimeError, match="must be RayDDPStrategy or RayFSDPStrategy"):
+        prepare_trainer(trainer)
+
+
 def _lightning_trainable(config):
     """A Tune function trainable: a plain pl.Trainer in the trial's own process."""
     import pytorch_lightning as pl
