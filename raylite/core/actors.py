@@ -92,6 +92,7 @@ class ActorLifecycle:
             self._enqueue(actor.spec)
             return
         actor.state = "DEAD"
+        self.task_events.actor_dead(actor)
         self._drop_args(actor.spec)   # no restart will need the constructor's arguments again
         while actor.queue:
             spec = actor.queue.popleft()

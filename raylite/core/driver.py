@@ -119,6 +119,9 @@ class DriverClient:
     def resources(self) -> tuple[dict, dict]:
         return self.node.call_sync(self.node.resource_view)
 
+    def state(self, what: str, detail: bool) -> tuple[list, int]:
+        return self.node.call_sync(self.node.state, what, detail)
+
     def group(self, op: str, *args):
         """Placement groups: "create", "remove" or "info" on the node (ValueError raises here)."""
         return self.node.call_sync(self.node.group, op, *args)

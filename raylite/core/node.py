@@ -18,6 +18,7 @@ from collections import deque
 
 from raylite import exceptions
 from raylite.core import accelerators, runtime_env, segments, serialization, streams
+from raylite.core.events import TaskEvents
 from raylite.core.groups import Groups
 from raylite.core.actors import ActorLifecycle
 from raylite.core.object_table import ObjectTable
@@ -83,6 +84,7 @@ class Node(ActorLifecycle, WorkerOutput):
         self.table = ObjectTable(self.actors, self._release_actor, self.workers,
                                  lambda index, names: self._send(self.workers[index], ("forget", names)))
         self.named: dict[tuple[str, str], int] = {}   # (namespace, name) -> actor id
+        self.task_events = TaskEvents()   # what tasks did, for the state API and timeline()
         self.dirty_channels: set[Channel] = set()
         self._worker_index = itertools.count(1)
         self.stopping = False
@@ -230,6 +232,7 @@ class Node(ActorLifecycle, WorkerOutput):
     def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
         if fn_bytes is not None:
             self.functions.setdefault(spec.fn_id, fn_bytes)
+        self.task_events.submitted(spec)
         self.table.new_entries(spec.return_ids)
         if spec.return_ids:
             self.producers[spec.return_ids[0]] = spec
@@ -262,6 +265,7 @@ class Node(ActorLifecycle, WorkerOutput):
             message = (f"{spec.name} asks for {self.res.describe(request)} but this node has "
                        f"{self.res.describe(self.res.total)}; it can never be scheduled")
         if message:
+            self.task_events.unschedulable(spec, message)
             self.table.mark_infeasible(spec.return_ids, message)
             if spec.kind == "actor_create":
                 self.actors[spec.actor_id].state, self.actors[spec.actor_id].error = "DEAD", message
@@ -438,6 +442,7 @@ class Node(ActorLifecycle, WorkerOutput):
         assigned = {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {}
         accel = {r: list(ids) for r, ids in alloc.device_ids.items() if ids} if alloc else {}
         self._send(w, ("run", spec, fn_bytes, deps, assigned, accel))
+        self.task_events.sent(spec, w)
 
     def _finish(self, spec: TaskSpec, results) -> None:
         """Store a task's results (one value or a list) and drop its argument pins."""
@@ -445,6 +450,7 @@ class Node(ActorLifecycle, WorkerOutput):
             self.cancelled.discard(spec.task_id)
             if not (isinstance(results, list) and results and results[0].is_error):
                 results = error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled"))
+        self.task_events.finished(spec, results)
         if not isinstance(results, list):
             results = [results] * len(spec.return_ids)
         if spec.return_ids:
@@ -609,6 +615,7 @@ class Node(ActorLifecycle, WorkerOutput):
             actor = w.actor
             spec = actor.inflight.pop(task_id, None)
             if spec is None:   # the constructor
+                self.task_events.finished(actor.spec, results)
                 if results[0].is_error:
                     actor.error = f"its constructor raised: {serialization.loads(results[0])}"
                     actor.restarts_left = 0
@@ -624,6 +631,7 @@ class Node(ActorLifecycle, WorkerOutput):
         self._unblock(w)
         if w.next is not None:   # the prefetched task is already running on the same resources
             w.task, w.next, w.started = w.next, None, now
+            self.task_events.sent(w.task, w)
         else:
             w.alloc.pool.release(w.alloc)
             w.alloc = None
@@ -757,6 +765,14 @@ class Node(ActorLifecycle, WorkerOutput):
 
     def _msg_named_actors(self, w: WorkerProc, req: int) -> None:
         self._send(w, ("reply", req, self.named_actors()))
+
+    def state(self, what: str, detail: bool) -> tuple[list, int]:
+        """Rows of the state API (raylite.core.snapshot), and how many task records were dropped."""
+        from raylite.core import snapshot   # only when someone asks
+        return snapshot.view(self, what, detail)
+
+    def _msg_state(self, w: WorkerProc, req: int, what: str, detail: bool) -> None:
+        self._send(w, ("reply", req, self.state(what, detail)))
 
     def _msg_resources(self, w: WorkerProc, req: int) -> None:
         self._send(w, ("reply", req, self.resource_view()))

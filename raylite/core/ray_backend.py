@@ -227,6 +227,16 @@ def util():
     return _ray().util
 
 
+def state_api():
+    """``ray.util.state``, Ray's state API (imported on first use, as Ray does)."""
+    import importlib
+    return importlib.import_module("ray.util.state")
+
+
+def timeline(filename: str | None):
+    return _ray().timeline(filename=filename)
+
+
 def _ray_options(options: dict) -> dict:
     """raylite's scheduling strategy objects (raylite.util.scheduling_strategies) as Ray's."""
     strategy = options.get("scheduling_strategy")

@@ -144,6 +144,9 @@ class WorkerClient:
     def resources(self) -> tuple[dict, dict]:
         return self.request("resources")
 
+    def state(self, what: str, detail: bool) -> tuple[list, int]:
+        return self.request("state", what, detail)
+
     def group(self, op: str, *args):
         payload = self.request("group", op, args)
         if isinstance(payload, ValueError):

@@ -5,6 +5,7 @@
 - ``raylite.util.ActorPool``: spread calls over a fixed set of actors.
 - ``raylite.util.queue.Queue``: a FIFO queue shared by tasks and actors (imported on first use).
 - ``raylite.util.multiprocessing.Pool``: ``multiprocessing.Pool``'s API on actors (imported on first use).
+- ``raylite.util.state``: Ray's state API (``list_tasks``, ``list_actors``, ...; imported on first use).
 - ``raylite.util.placement_group`` and friends, ``raylite.util.scheduling_strategies``: placement
   groups, as in Ray.
 - ``raylite.util.list_named_actors``: the live named actors (this namespace, or all).
@@ -31,7 +32,7 @@ __all__ = ["accelerators", "ActorPool", "as_completed", "deregister_serializer",
 
 
 def __getattr__(name: str):
-    if name in ("queue", "multiprocessing"):   # imported when asked for (asyncio is a noticeable import)
+    if name in ("queue", "multiprocessing", "state"):   # imported when asked for (asyncio is a noticeable import)
         import importlib
         return importlib.import_module(f"raylite.util.{name}")
     raise AttributeError(f"module 'raylite.util' has no attribute {name!r}")
