@@ -219,6 +219,22 @@ def test_shutdown_leaves_no_worker_processes(ray_start, tmp_path, wait_until, pi
     wait_pids_gone(pids, timeout=10)
 
 
+def test_shutdown_does_not_retry_the_tasks_it_kills(ray_start, tmp_path, wait_until, capfd):
+    """The killed task's worker is gone and so is the zygote: nothing may try to start another."""
+    started = tmp_path / "started"
+
+    @ray.remote
+    def long_running(path):
+        open(path, "w").close()
+        time.sleep(300)
+
+    long_running.remote(str(started))
+    wait_until(started.exists, timeout=10)
+    ray.shutdown()
+    err = capfd.readouterr().err
+    assert "internal error" not in err, err
+
+
 # --------------------------------------------------------------------------
 # driver in a subprocess: SIGKILL, interpreter exit, Ctrl-C
 # --------------------------------------------------------------------------

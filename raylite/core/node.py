@@ -298,6 +298,8 @@ class Node(ActorLifecycle, WorkerOutput):
         self.queues.setdefault(_queue_key(spec), deque()).appendleft(spec)
 
     def _schedule(self) -> None:
+        if self.stopping:   # shutdown(): a task retried after its worker was killed starts nowhere
+            return
         if self.groups.pending:
             for group in self.groups.place():
                 self.table.set_value(group.ready_id, serialization.dumps(True, None))
