@@ -10,18 +10,21 @@ from raylite.core.streams import DynamicObjectRefGenerator, ObjectRefGenerator
 __version__ = "0.1.0"
 
 __all__ = ["ActorClass", "ActorHandle", "DynamicObjectRefGenerator", "ObjectRef", "ObjectRefGenerator",
-           "available_resources", "cancel", "cluster_resources",
+           "LoggingConfig", "available_resources", "cancel", "cluster_resources",
            "exceptions", "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized",
            "kill", "method", "nodes", "put", "remote", "shutdown", "timeline", "wait"]
 
 
 def __getattr__(name: str):
-    """``ray.util`` (``ray.util.ActorPool``, ...), ``ray.actor`` and ``ray.timeline`` without importing
-    them at ``import raylite``."""
+    """``ray.util`` (``ray.util.ActorPool``, ...), ``ray.actor``, ``ray.timeline`` and
+    ``ray.LoggingConfig`` without importing them at ``import raylite``."""
     if name in ("util", "actor"):
         import importlib
         return importlib.import_module(f"raylite.{name}")
     if name == "timeline":   # a reader, like the state API: imported when first used
         from raylite.core.state_api import timeline
         return timeline
+    if name == "LoggingConfig":
+        from raylite.core.logging_config import LoggingConfig
+        return LoggingConfig
     raise AttributeError(f"module 'raylite' has no attribute {name!r}")

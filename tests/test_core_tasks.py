@@ -621,6 +621,35 @@ def test_log_to_driver_false_sends_worker_output_to_log_files(ray_init, read_out
     assert tag not in out and tag not in err
 
 
+def test_logging_config_sets_up_the_workers_root_logger(ray_init, read_output):
+    import json
+    import logging
+    tag = uuid.uuid4().hex
+    ray_init(num_cpus=1, logging_config=ray.LoggingConfig(encoding="JSON", log_level="WARNING",
+                                                          additional_log_standard_attrs=["name"]))
+
+    @ray.remote
+    def logs(tag):
+        logging.getLogger("my.module").info(f"quiet {tag}")
+        logging.getLogger("my.module").warning(f"loud {tag}")
+
+    root = logging.getLogger()
+    try:
+        ray.get(logs.remote(tag))
+        _, err = read_output(lambda o, e: f"loud {tag}" in e)
+    finally:   # init() gave this process's root logger a handler too: leave other tests theirs
+        root.handlers = [h for h in root.handlers if type(h.formatter).__module__ != "raylite.core.logging_config"]
+    assert f"quiet {tag}" not in err
+    line = next(line for line in err.splitlines() if f"loud {tag}" in line)
+    record = json.loads(line.split(") ", 1)[1])
+    assert record["levelname"] == "WARNING" and record["name"] == "my.module" and record["task_name"] == "logs"
+    assert record["job_id"] == ray.get_runtime_context().get_job_id()
+    with pytest.raises(ValueError, match="encoding=.XML."):
+        ray.LoggingConfig(encoding="XML")
+    with pytest.raises(ValueError, match="log_level='LOUD'"):
+        ray.LoggingConfig(log_level="LOUD")
+
+
 def test_progress_bar_output_shows_its_last_drawing(ray_start, read_output):
     """tqdm redraws one line with carriage returns, for as long as the job runs: the driver
     prints what a terminal would show once the line ends, and holds only that meanwhile."""

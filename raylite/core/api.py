@@ -49,7 +49,7 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
          logging_format=None, log_to_driver: bool = True, namespace: str | None = None,
          runtime_env: dict | None = None, configure_logging: bool = True, job_config=None,
          _temp_dir: str | None = None, _system_config: dict | None = None,
-         _memory: int | None = None, backend: str | None = None):
+         _memory: int | None = None, backend: str | None = None, logging_config=None, labels: dict | None = None):
     """Start the local runtime (a node manager thread in this process and a zygote for workers),
     or, given an address, ``backend="ray"`` or ``RAY_ADDRESS``, connect to a Ray cluster instead."""
     global _node
@@ -67,12 +67,18 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
                 resources=resources, object_store_memory=object_store_memory, namespace=namespace,
                 runtime_env=runtime_env, logging_level=logging_level, logging_format=logging_format,
                 include_dashboard=include_dashboard, dashboard_host=dashboard_host, dashboard_port=dashboard_port,
-                job_config=job_config, _temp_dir=_temp_dir, _system_config=_system_config, _memory=_memory)
+                job_config=job_config, _temp_dir=_temp_dir, _system_config=_system_config, _memory=_memory,
+                **({"logging_config": logging_config} if logging_config is not None else {}),
+                **({"labels": labels} if labels is not None else {}))
         from raylite.core import runtime_env as runtime_envs
         from raylite.core.zygote import Zygote
         job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
         if namespace is not None and (not isinstance(namespace, str) or not namespace):
             raise ValueError(f"namespace must be a non-empty string (or None), got namespace={namespace!r}")
+        if logging_config is not None:
+            from raylite.core.logging_config import LoggingConfig
+            if not isinstance(logging_config, LoggingConfig):
+                raise TypeError(f"logging_config must be a ray.LoggingConfig, got {type(logging_config).__name__}")
         if local_mode:
             import warnings
             warnings.warn("init(local_mode=True) is not supported (Ray deprecated it): tasks and actors run in "
@@ -89,7 +95,8 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
             node_id = os.urandom(14).hex()
             namespace = namespace or _anonymous_namespace()
             log_dir = None if log_to_driver else _log_dir(_temp_dir, session)
-            _node = Node(totals, device_ids, session, node_id, "01000000", zygote, job_env, namespace, log_dir)
+            _node = Node(totals, device_ids, session, node_id, "01000000", zygote, job_env, namespace, log_dir,
+                         logging_config.to_dict() if logging_config is not None else None)
         except BaseException:
             zygote.close()
             raise
@@ -103,6 +110,8 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
         process.client = DriverClient(_node)
         process.index = 0
         context.set_process(job_id="01000000", node_id=node_id, worker_id=0, namespace=namespace)
+        if logging_config is not None:
+            logging_config._apply()
         return _context()
 
 

@@ -53,7 +53,7 @@ def _queue_key(spec: TaskSpec) -> tuple:
 class Node(ActorLifecycle, WorkerOutput):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
-                 log_dir: str | None = None):
+                 log_dir: str | None = None, logging: dict | None = None):
         self.res = NodeResources(totals, device_ids)
         self.groups = Groups(self.res)
         self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
@@ -62,6 +62,7 @@ class Node(ActorLifecycle, WorkerOutput):
         self.job_env = job_env   # init(runtime_env=...), under every task's and actor's own
         self.namespace = namespace   # the job's: named actors without one of their own live here
         self.log_dir = log_dir       # init(log_to_driver=False): worker output goes to files here
+        self.logging = logging       # init(logging_config=...), as a dict each worker applies at start
         self.shm_prefix = segments.session_prefix(session)
         store = totals.get("object_store_memory", 0) // SCALE
         self.pool = segments.pool = segments.SegmentPool(min(store // 4, 4 << 30))
@@ -543,6 +544,7 @@ class Node(ActorLifecycle, WorkerOutput):
         env_vars, sys_path, cwd = runtime_env.worker_settings(env, list(sys.path), os.getcwd())
         config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
                   "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace,
+                  "logging": self.logging,
                   "env": {**self._worker_env(device_ids, key[1]), **env_vars}, "runtime_env": env,
                   "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}
         try:

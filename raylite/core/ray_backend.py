@@ -22,7 +22,7 @@ from raylite.core.objects import process
 INSTALL_HINT = "pip install 'raylite[ray]'"
 _RAY_INIT_KEYS = ("num_cpus", "num_gpus", "resources", "object_store_memory", "namespace", "runtime_env",
                   "logging_level", "logging_format", "include_dashboard", "dashboard_host", "dashboard_port",
-                  "job_config", "_temp_dir", "_system_config", "_memory")
+                  "job_config", "_temp_dir", "_system_config", "_memory", "logging_config", "labels")
 
 
 def _ray():
@@ -39,6 +39,8 @@ def connect(address: str | None, ignore_reinit_error: bool, log_to_driver: bool,
                           f"installed: {INSTALL_HINT} (or, for the local runtime, init(backend='local') "
                           f"or unset RAY_ADDRESS)") from e
     options = {k: v for k, v in kwargs.items() if k in _RAY_INIT_KEYS and v is not None}
+    if "logging_config" in options:   # raylite's LoggingConfig, as Ray's
+        options["logging_config"] = ray.LoggingConfig(**options["logging_config"].to_dict())
     if address:
         _check_reachable(address)
     try:
