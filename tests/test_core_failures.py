@@ -189,6 +189,42 @@ def test_worker_exit_with_max_retries_0_fails_at_once(ray_start):
     assert ray.get(still_works.remote()) == "ok"
 
 
+def test_sys_exit_ends_the_worker_not_the_driver(ray_start, tmp_path):
+    """sys.exit() in user code ends that worker, as in Ray: a task is retried and then fails with
+    WorkerCrashedError; an actor restarts after a non-zero code and ends for good after 0. Before,
+    the SystemExit came back through get() and silently ended the driver."""
+    import sys
+
+    @ray.remote(max_retries=1)
+    def quits(path):
+        with open(path, "a") as f:
+            f.write("x")
+        sys.exit(3)
+
+    attempts = tmp_path / "attempts"
+    with pytest.raises(exc.WorkerCrashedError):
+        ray.get(quits.remote(str(attempts)), timeout=30)
+    assert attempts.read_text() == "xx"
+
+    @ray.remote(max_restarts=1)
+    class Service:
+        def crash(self, code):
+            sys.exit(code)
+
+        def restarted(self):
+            return ray.get_runtime_context().was_current_actor_reconstructed
+
+    s = Service.remote()
+    assert ray.get(s.restarted.remote()) is False
+    with pytest.raises(exc.RayActorError):
+        ray.get(s.crash.remote(1))
+    assert ray.get(s.restarted.remote()) is True   # a crash: restarted
+    with pytest.raises(exc.RayActorError):
+        ray.get(s.crash.remote(0))
+    with pytest.raises(exc.ActorDiedError, match=r"Service.crash called sys.exit\(\)"):
+        ray.get(s.restarted.remote())   # exit code 0: ended for good, restarts left or not
+
+
 def test_worker_sigkill_retried_then_worker_crashed_error(ray_start, tmp_path):
     attempts = tmp_path / "attempts"
 

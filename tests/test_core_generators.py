@@ -57,6 +57,35 @@ def test_dynamic_num_returns_gives_one_ref_to_all_values(ray_start):
     assert ray.get(list(refgen)) == [0, 1, 4, 9]
 
 
+def test_generator_with_fixed_num_returns_and_errors_as_ray(ray_start):
+    @ray.remote(num_returns=3)
+    def three():
+        for i in range(3):
+            yield i * 10
+
+    assert ray.get(three.remote()) == [0, 10, 20]
+
+    @ray.remote
+    def fails_after_two():
+        yield 0
+        yield 1
+        raise ValueError("third went wrong")
+
+    refs = fails_after_two.options(num_returns=4).remote()
+    assert ray.get(refs[:2]) == [0, 1]   # the values yielded before the error
+    for ref in refs[2:]:
+        with pytest.raises(ValueError, match="third went wrong"):
+            ray.get(ref)
+    with pytest.raises(ValueError, match="num_returns=4 but its generator yielded 3 values"):
+        ray.get(three.options(num_returns=4).remote()[0])
+
+    dynamic = ray.get(fails_after_two.options(num_returns="dynamic").remote())   # the error: last ref
+    first, second, error = list(dynamic)
+    assert ray.get([first, second]) == [0, 1]
+    with pytest.raises(ValueError, match="third went wrong"):
+        ray.get(error)
+
+
 def test_actor_generator_methods_sync_and_async(ray_start):
     @ray.remote
     class Source:

@@ -285,3 +285,19 @@ def test_shm_segments_removed_after_shutdown(ray_init, shm_segments, raylite_map
         timeout=5,
         message=f"shm segments left after shutdown: {ours & shm_segments()}",
     )
+
+
+def test_object_ref_from_its_bytes_and_as_future(ray_start):
+    import asyncio
+
+    ref = ray.put(42)
+    same = ray.ObjectRef(bytes.fromhex(ref.hex()))   # Ray's out-of-band pattern (refs by id)
+    assert same == ref and same.binary() == ref.binary() and repr(same) == repr(ref)
+    assert ray.wait([same], timeout=5) == ([same], []) and ray.get(same) == 42
+    with pytest.raises(TypeError, match="ObjectRef takes the id's bytes"):
+        ray.ObjectRef("not bytes")
+
+    async def main():
+        return await ref.as_future()
+
+    assert asyncio.run(main()) == 42

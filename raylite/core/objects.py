@@ -86,7 +86,11 @@ class ObjectRef(metaclass=BackendType):
 
     __slots__ = ("id", "_tracked", "__weakref__")
 
-    def __init__(self, object_id: int, _tracked: bool = False):
+    def __init__(self, object_id: int | bytes, _tracked: bool = False):
+        if type(object_id) is not int:   # ray.ObjectRef(ref.binary()) or (bytes.fromhex(ref.hex()))
+            if not isinstance(object_id, (bytes, bytearray)):
+                raise TypeError(f"ObjectRef takes the id's bytes (ref.binary()), got {type(object_id).__name__}")
+            object_id = int.from_bytes(object_id, "big")
         self.id = object_id
         self._tracked = _tracked
 
@@ -136,6 +140,11 @@ class ObjectRef(metaclass=BackendType):
 
         threading.Thread(target=resolve, daemon=True).start()
         return fut
+
+    def as_future(self):
+        """An asyncio future of the value, on the running event loop (Ray's ``ref.as_future()``)."""
+        import asyncio
+        return asyncio.wrap_future(self.future())
 
     def __await__(self):
         """`await ref` inside async actors and coroutines, as in Ray."""

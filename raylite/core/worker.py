@@ -9,6 +9,7 @@ import socket
 import sys
 import threading
 import traceback
+import types
 from collections import deque
 
 from raylite import exceptions
@@ -244,11 +245,22 @@ class _Executor:
 
     def failure(self, spec: TaskSpec, e: BaseException) -> list:
         if isinstance(e, ActorExit):   # from any thread or the event loop: the driver fails the calls
-            self.client.send(("exit_actor", str(e)))
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+            self._exit(0, str(e))
+        if isinstance(e, SystemExit):   # sys.exit() in user code ends this process, as in Ray
+            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+            if not isinstance(e.code, (int, type(None))):
+                print(e.code, file=sys.stderr)
+            # exit code 0 ends an actor for good (as exit_actor); any other is a crash: restarts apply
+            self._exit(code, f"{spec.name} called sys.exit()" if code == 0 and self.actor is not None else None)
         return [_error(spec.name, e)] * max(1, len(spec.return_ids))
+
+    def _exit(self, code: int, why: str | None) -> None:
+        """End this worker now (from any thread); `why`: the actor ends for good, for this reason."""
+        if why is not None:
+            self.client.send(("exit_actor", why))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
     def finish(self, spec: TaskSpec, results: list, retry: bool = False) -> None:
         """Send the results; `retry`: the task raised an exception it may be retried for."""
@@ -276,7 +288,15 @@ class _Executor:
         if not hasattr(values, "__next__"):
             raise TypeError(f"{spec.name} has num_returns={spec.stream!r} but returned "
                             f"{type(values).__name__}, not a generator")
-        return streams.DynamicObjectRefGenerator([self.send_item(spec, i, v) for i, v in enumerate(values)])
+        refs: list = []
+        try:
+            for value in values:
+                refs.append(self.send_item(spec, len(refs), value))
+        except Exception as e:  # noqa: BLE001 - "dynamic", as Ray: the error is the last ref's value
+            if spec.stream != "dynamic":
+                raise
+            refs.append(self.send_item(spec, len(refs), None, _error(spec.name, e)))
+        return streams.DynamicObjectRefGenerator(refs)
 
     async def stream_async(self, spec: TaskSpec, values) -> streams.DynamicObjectRefGenerator:
         refs = []
@@ -284,10 +304,11 @@ class _Executor:
             refs.append(self.send_item(spec, len(refs), value))
         return streams.DynamicObjectRefGenerator(refs)
 
-    def send_item(self, spec: TaskSpec, index: int, value) -> objects.ObjectRef:
+    def send_item(self, spec: TaskSpec, index: int, value, ser=None) -> objects.ObjectRef:
         completion = spec.return_ids[0]
         oid = streams.item_id(completion, index)
-        self.client.send(("item", completion, index, serialization.dumps(value, self.client.shm_prefix)))
+        ser = ser if ser is not None else serialization.dumps(value, self.client.shm_prefix)
+        self.client.send(("item", completion, index, ser))
         return objects.ObjectRef(oid)   # pickled into the task's result, which then holds it
 
     def arguments(self, spec: TaskSpec, deps: dict) -> tuple[list, dict]:
@@ -316,10 +337,30 @@ class _Executor:
         n = len(spec.return_ids)
         if n <= 1:
             return [serialization.dumps(value, self.client.shm_prefix)]
+        if isinstance(value, types.GeneratorType):   # num_returns=N on a generator function
+            return self._pack_yielded(spec, value, n)
         if not isinstance(value, (tuple, list)) or len(value) != n:
             raise ValueError(f"{spec.name} declared num_returns={n} but returned {type(value).__name__}"
                              f" of length {len(value) if hasattr(value, '__len__') else 'n/a'}")
         return [serialization.dumps(v, self.client.shm_prefix) for v in value]
+
+
+    def _pack_yielded(self, spec: TaskSpec, gen, n: int) -> list:
+        """A generator's n values, one per return ref; if it raises after k of them, the other refs
+        carry the error (as in Ray)."""
+        out = []
+        try:
+            for v in gen:
+                out.append(serialization.dumps(v, self.client.shm_prefix))
+                if len(out) > n:
+                    break
+        except Exception as e:  # noqa: BLE001 - the refs not yet filled raise it
+            if len(out) < n:
+                return out + [_error(spec.name, e)] * (n - len(out))
+        if len(out) != n:
+            raise ValueError(f"{spec.name} declared num_returns={n} but its generator yielded "
+                             f"{'more' if len(out) > n else len(out)} values")
+        return out
 
 
 def _retryable(spec: TaskSpec, e: BaseException) -> bool:
