@@ -87,12 +87,12 @@ class ObjectRef(metaclass=BackendType):
     __slots__ = ("id", "_tracked", "__weakref__")
 
     def __init__(self, object_id: int | bytes, _tracked: bool = False):
+        self._tracked = _tracked   # first: __del__ reads it even when the id below is refused
         if type(object_id) is not int:   # ray.ObjectRef(ref.binary()) or (bytes.fromhex(ref.hex()))
             if not isinstance(object_id, (bytes, bytearray)):
                 raise TypeError(f"ObjectRef takes the id's bytes (ref.binary()), got {type(object_id).__name__}")
             object_id = int.from_bytes(object_id, "big")
         self.id = object_id
-        self._tracked = _tracked
 
     def hex(self) -> str:
         return f"{self.id:028x}"
