@@ -44,6 +44,21 @@ def test_actor_keeps_state_and_runs_methods_in_submission_order(ray_start):
     assert ray.get(c.get.remote()) == 50
 
 
+def test_calls_sent_before_a_failed_constructor_say_why(ray_start):
+    @ray.remote
+    class Broken:
+        def __init__(self):
+            raise RuntimeError("boom in init")
+
+        def method(self):
+            return 1
+
+    b = Broken.remote()
+    for ref in [b.method.remote() for _ in range(3)]:   # the first ones reach the worker already
+        with pytest.raises(ray.exceptions.RayActorError, match="boom in init"):
+            ray.get(ref, timeout=10)
+
+
 def test_actor_constructor_args_and_kwargs(ray_start):
     @ray.remote
     class Holder:
@@ -239,6 +254,20 @@ def test_actor_names_are_unique_per_namespace(ray_init):
         return sorted((d["namespace"], d["name"]) for d in ray.util.list_named_actors(all_namespaces=True))
 
     assert ray.get(names.remote()) == [("team-a", "counter"), ("team-b", "counter")]
+
+
+def test_named_actor_is_collected_without_handles_unless_detached(ray_start, wait_pids_gone):
+    Counter = _counter_class()
+    named = Counter.options(name="short-lived").remote()
+    detached = Counter.options(name="long-lived", lifetime="detached").remote()
+    pid, kept_pid = ray.get(named.pid.remote()), ray.get(detached.pid.remote())
+    del named, detached
+    wait_pids_gone([pid], timeout=10)   # as in Ray: a named actor goes with its last handle
+    with pytest.raises(ValueError, match="short-lived"):
+        ray.get_actor("short-lived")
+    assert ray.get(ray.get_actor("long-lived").pid.remote()) == kept_pid
+    with pytest.raises(ValueError, match="lifetime='forever'"):
+        Counter.options(lifetime="forever")
 
 
 def test_bad_actor_name_or_namespace_is_a_clear_error(ray_start):

@@ -224,6 +224,29 @@ def test_cancel_stops_a_running_async_call_and_the_actor_lives_on(ray_start):
     assert ray.get(sleeper.cleaned_up.remote()) == 2   # the long nap's finally, then the short one's
 
 
+def test_cancelled_async_call_is_a_ray_task_error_even_if_it_swallows_it(ray_start):
+    """Ray's doc catches a cancelled actor call with `except RayTaskError`."""
+    @ray.remote
+    class Swallower:
+        async def nap(self):
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                return "swallowed"
+
+        async def raises(self):
+            await asyncio.sleep(60)
+
+    actor = Swallower.remote()
+    refs = [actor.nap.remote(), actor.raises.remote()]
+    time.sleep(0.3)
+    for ref in refs:
+        ray.cancel(ref)
+        with pytest.raises(ray.exceptions.RayTaskError) as info:
+            ray.get(ref, timeout=10)
+        assert isinstance(info.value, ray.exceptions.TaskCancelledError)
+
+
 @pytest.mark.parametrize("kind", ["threaded", "async"])
 def test_concurrency_groups_run_side_by_side_each_within_its_limit(ray_start, kind):
     @ray.remote(concurrency_groups={"io": 1, "compute": 2})

@@ -43,7 +43,7 @@ class ActorLifecycle:
         actor.refs -= 1
         if actor.state == "DEAD":
             return self._forget_actor(actor)
-        if actor.refs <= 0 and not actor.pinned and actor.spec.actor_name is None:
+        if actor.refs <= 0 and not actor.pinned:   # named or not, as Ray (unless detached)
             actor.exit_when_idle = True   # calls already submitted still run, then it exits
             if actor.state == "ALIVE":
                 self._pump_actor(actor)

@@ -113,8 +113,8 @@ class AsyncRunner:
                         value = (await ex.stream_async(spec, value) if hasattr(value, "__aiter__")
                                  else ex.stream(spec, value))
                     results = ex.pack(spec, value)
-            except self.asyncio.CancelledError:
-                results = ex.cancelled(spec)
+            except self.asyncio.CancelledError:   # raised in user code: a RayTaskError too, as in Ray
+                results = ex.failure(spec, ex.cancel_error(spec))
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
                 results = ex.failure(spec, e)
             ex.finish(spec, results)

@@ -256,6 +256,7 @@ class Node(ActorLifecycle, WorkerOutput):
             return self._pump_actor(actor)
         if spec.kind == "actor_create":
             actor = Actor(spec, spec.class_meta)
+            actor.pinned = spec.detached   # lives on without handles (until killed or the driver ends)
             self.actors[spec.actor_id] = actor
         request = spec.schedule_request or spec.request
         message = None
@@ -452,7 +453,10 @@ class Node(ActorLifecycle, WorkerOutput):
         if spec.task_id in self.cancelled:   # cancel() came first: the caller gets the cancellation
             self.cancelled.discard(spec.task_id)
             if not (isinstance(results, list) and results and results[0].is_error):
-                results = error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled"))
+                err = exceptions.TaskCancelledError(f"task {spec.name} was cancelled")
+                if spec.kind == "actor_call":   # it ran in user code: a RayTaskError as well, as in Ray
+                    err = exceptions.RayTaskError(spec.name, f"TaskCancelledError: {err}", err)
+                results = error_value(err)
         self.task_events.finished(spec, results)
         if not isinstance(results, list):
             results = [results] * len(spec.return_ids)

@@ -34,6 +34,8 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
             raise ValueError(f"Invalid option keyword {key!r} for {what}; valid options: {sorted(allowed)}")
     for key, minimum in (("max_calls", 0), ("max_concurrency", 1), ("max_pending_calls", -1)):
         _check_int(options, key, minimum)
+    if options.get("lifetime") not in (None, "detached", "non_detached"):
+        raise ValueError(f"lifetime must be 'detached', 'non_detached' or None, got lifetime={options['lifetime']!r}")
     for key in ("name", "namespace"):
         value = options.get(key)
         if value is not None and (not isinstance(value, str) or not value):
@@ -302,7 +304,7 @@ class ActorClass:
                         class_meta=meta, max_concurrency=options.get("max_concurrency") or 0,
                         concurrency_groups=options.get("concurrency_groups") or None,
                         runtime_env=_env(options, self._name, holder or self),
-                        placement=_placement(options))
+                        placement=_placement(options), detached=options.get("lifetime") == "detached")
         spec.actor_id = spec.task_id
         if name is not None:   # at once, as in Ray: a taken name raises here (or get_if_exists returns it)
             existing = client.create_named(spec, self._bytes, bool(options.get("get_if_exists")))

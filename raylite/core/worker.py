@@ -183,6 +183,7 @@ class _Executor:
         self.client = client
         self.functions: dict[str, object] = {}
         self.actor = None
+        self.init_error = ""   # the constructor's exception, if it raised
         self.loop = None
         self.running = False
         self.calls = None   # a concurrency runner for threaded and async actors
@@ -227,9 +228,11 @@ class _Executor:
                 return self.finish(spec, results, retry=True)
         self.finish(spec, results)
 
+    def cancel_error(self, spec: TaskSpec) -> exceptions.TaskCancelledError:
+        return exceptions.TaskCancelledError(f"task {spec.name} was cancelled")
+
     def cancelled(self, spec: TaskSpec) -> list:
-        err = exceptions.TaskCancelledError(f"task {spec.name} was cancelled")
-        return [serialization.dumps(err, None, is_error=True)] * max(1, len(spec.return_ids))
+        return [serialization.dumps(self.cancel_error(spec), None, is_error=True)] * max(1, len(spec.return_ids))
 
     def cancel_call(self, task_id: int) -> None:
         """The driver cancelled a call this actor already has (one at a time: it ran already)."""
@@ -323,11 +326,16 @@ class _Executor:
         if spec.kind == "task":
             result = self.functions[spec.fn_id](*args, **kwargs)
         elif spec.kind == "actor_create":
-            self.actor = self.functions[spec.fn_id](*args, **kwargs)
+            try:
+                self.actor = self.functions[spec.fn_id](*args, **kwargs)
+            except Exception as e:
+                self.init_error = f"{type(e).__name__}: {e}"   # for the calls already sent here
+                raise
             return None
         else:
             if self.actor is None:
-                raise exceptions.ActorDiedError(f"actor of {spec.name} is not running")
+                raise exceptions.ActorDiedError(f"actor of {spec.name} is not running"
+                                                + (f": its constructor raised {self.init_error}" if self.init_error else ""))
             if spec.method == "__ray_terminate__":
                 raise ActorExit("it was terminated by __ray_terminate__")
             result = getattr(self.actor, spec.method)(*args, **kwargs)
