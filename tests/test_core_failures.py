@@ -225,6 +225,44 @@ def test_sys_exit_ends_the_worker_not_the_driver(ray_start, tmp_path):
         ray.get(s.restarted.remote())   # exit code 0: ended for good, restarts left or not
 
 
+def test_actor_methods_retry_on_exceptions_within_max_task_retries(ray_start):
+    @ray.remote(max_task_retries=2)
+    class Flaky:
+        def __init__(self):
+            self.calls = {}
+
+        def _count(self, key):
+            self.calls[key] = self.calls.get(key, 0) + 1
+            return self.calls[key]
+
+        @ray.method(retry_exceptions=True)
+        def declared(self):
+            if self._count("declared") < 3:
+                raise ValueError("not yet")
+            return self.calls["declared"]
+
+        def per_call(self, key):
+            if self._count(key) < 3:
+                raise KeyError(key)
+            return self.calls[key]
+
+        async def on_the_loop(self):   # an async method: the actor's calls run on its event loop
+            if self._count("async") < 2:
+                raise ValueError("not yet")
+            return self.calls["async"]
+
+    a = Flaky.remote()
+    assert ray.get(a.declared.remote()) == 3                          # two retries allowed
+    assert ray.get(a.per_call.options(retry_exceptions=[KeyError]).remote("k")) == 3
+    with pytest.raises(KeyError):                                     # not a listed type: no retry
+        ray.get(a.per_call.options(retry_exceptions=[ValueError]).remote("other"))
+    with pytest.raises(KeyError):                                     # the budget runs out first
+        ray.get(a.per_call.options(retry_exceptions=True, max_task_retries=1).remote("short"))
+    assert ray.get(a.on_the_loop.options(retry_exceptions=True).remote()) == 2
+    with pytest.raises(ValueError, match="Invalid option keyword 'retries'"):
+        ray.method(retries=3)
+
+
 def test_worker_sigkill_retried_then_worker_crashed_error(ray_start, tmp_path):
     attempts = tmp_path / "attempts"
 

@@ -117,6 +117,8 @@ class AsyncRunner:
                 results = ex.failure(spec, ex.cancel_error(spec))
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
                 results = ex.failure(spec, e)
+                if ex.retryable(spec, e):
+                    return ex.finish(spec, results, retry=True)
             ex.finish(spec, results)
         finally:   # only once its "done" is sent may drain() let the worker exit
             self.tasks.pop(spec.task_id, None)

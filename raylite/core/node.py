@@ -630,6 +630,10 @@ class Node(ActorLifecycle, WorkerOutput):
                     actor.exit_when_idle = True
                     self._pump_actor(actor)
                 return
+            if retry and spec.max_retries != 0 and spec.task_id not in self.cancelled:
+                spec.max_retries -= 1   # retry_exceptions, within max_task_retries: ahead of later calls
+                actor.queue.appendleft(spec)
+                return self._pump_actor(actor)
             return self._finish(spec, results)
         spec, w.task = w.task, None
         now = time.monotonic()

@@ -233,17 +233,33 @@ class RemoteFunction:
         return _refs(spec)
 
 
-def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None, **_ignored):
+_METHOD_OPTIONS = {"num_returns", "name", "max_task_retries", "retry_exceptions", "concurrency_group",
+                   "enable_task_events"}
+
+
+def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None, **options):
     """`@ray.method(num_returns=N)` on actor methods (or "streaming" / "dynamic" for generators),
-    and `concurrency_group="name"`: the group of the actor's concurrency_groups it runs in."""
+    `concurrency_group="name"` (the group of the actor's concurrency_groups it runs in), and
+    `max_task_retries=` / `retry_exceptions=` (the call runs again on those exceptions)."""
+    _validate(options, _METHOD_OPTIONS, "@ray.method")
+
     def decorate(fn):
         if num_returns is not None:
             _validate({"num_returns": num_returns}, {"num_returns"}, "actor methods")
             fn.__ray_num_returns__ = num_returns
         if concurrency_group is not None:
             fn.__ray_concurrency_group__ = concurrency_group
+        retries = {k: options[k] for k in ("max_task_retries", "retry_exceptions") if k in options}
+        if retries:
+            fn.__ray_call_options__ = retries
         return fn
     return decorate
+
+
+def _call_options(cls) -> dict[str, dict]:
+    """Per-method call options from @ray.method (retries), which every handle applies."""
+    return {name: attr.__ray_call_options__ for name in dir(cls)
+            if (attr := getattr(cls, name, None)) is not None and hasattr(attr, "__ray_call_options__")}
 
 
 def _methods(cls) -> dict[str, int | str]:
@@ -267,6 +283,7 @@ class ActorClass:
         self._fn_id = os.urandom(8).hex()
         self._bytes: bytes | None = None
         self._meta = (self._name, _methods(cls))
+        self._call_options = _call_options(cls)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actors cannot be instantiated directly. Instead of '{self._name}()', "
@@ -296,7 +313,7 @@ class ActorClass:
             self._bytes = _pickled(self._cls, f"actor class {self._name}")
         args_ser, deps = _pack_args(self._name, args, kwargs, client.shm_prefix)
         restarts = options.get("max_restarts") or 0
-        meta = (*self._meta, options.get("max_pending_calls") or -1)
+        meta = (*self._meta, options.get("max_pending_calls") or -1, self._call_options)
         spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
                         max_retries=options.get("max_task_retries") or 0, actor_id=0,
                         actor_name=None if name is None else (options.get("namespace"), name),
@@ -321,7 +338,7 @@ class ActorHandle(metaclass=BackendType):
 
     def __init__(self, actor_id: int, meta: tuple, _tracked: bool = False):
         self._actor_id = actor_id
-        self._class_name, self._methods, self._max_pending = meta
+        self._class_name, self._methods, self._max_pending, self._call_options = meta
         self._tracked = _tracked
         self._pending: list[ObjectRef] = []   # with max_pending_calls: a ref per call not known done
 
@@ -336,7 +353,8 @@ class ActorHandle(metaclass=BackendType):
     def __reduce__(self):   # counted like a nested ObjectRef (see raylite.core.objects)
         if not objects.record(self._actor_id) and process.client is not None:
             process.client.pin(self._actor_id)
-        return (_borrowed_handle, (self._actor_id, (self._class_name, self._methods, self._max_pending)))
+        return (_borrowed_handle, (self._actor_id, (self._class_name, self._methods, self._max_pending,
+                                                    self._call_options)))
 
     def _admit(self, client, name: str) -> None:
         """max_pending_calls: refuse a call while this handle has that many unfinished."""
@@ -379,7 +397,7 @@ class ActorMethod:
                         f"'{self._name}()', try '{self._name}.remote()'.")
 
     def options(self, **options) -> _Options:
-        _validate(options, {"num_returns", "name", "max_task_retries", "concurrency_group"}, "actor methods")
+        _validate(options, _METHOD_OPTIONS, "actor methods")
         return _Options(self, options)
 
     def remote(self, *args, **kwargs):
@@ -393,10 +411,15 @@ class ActorMethod:
             handle._admit(client, name)
         return_ids, stream = _returns(options.get("num_returns", self._num_returns))
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
+        declared = handle._call_options.get(self._name)
+        if declared:
+            options = {**declared, **options}
         spec = TaskSpec("actor_call", next_id(), name, args_ser, deps, return_ids,
                         max_retries=options.get("max_task_retries"),   # None: the actor's own
                         actor_id=handle._actor_id, method=self._name, stream=stream,
-                        concurrency_group=options.get("concurrency_group"))
+                        concurrency_group=options.get("concurrency_group"),
+                        retry_exceptions=_retry_on(options["retry_exceptions"]) if "retry_exceptions" in options
+                        else False)
         client.submit(spec, None)
         out = _refs(spec)
         if handle._max_pending > 0 and spec.return_ids:   # (num_returns=0 calls cannot be followed)

@@ -224,9 +224,12 @@ class _Executor:
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
             self.running = False
             results = self.failure(spec, e)
-            if _retryable(spec, e):
+            if self.retryable(spec, e):
                 return self.finish(spec, results, retry=True)
         self.finish(spec, results)
+
+    def retryable(self, spec: TaskSpec, e: BaseException) -> bool:
+        return _retryable(spec, e)
 
     def cancel_error(self, spec: TaskSpec) -> exceptions.TaskCancelledError:
         return exceptions.TaskCancelledError(f"task {spec.name} was cancelled")
@@ -374,7 +377,7 @@ class _Executor:
 def _retryable(spec: TaskSpec, e: BaseException) -> bool:
     """retry_exceptions=True retries any Exception; a list, those types and their subclasses."""
     wanted = spec.retry_exceptions
-    if not wanted or not isinstance(e, Exception) or spec.kind != "task":
+    if not wanted or not isinstance(e, Exception) or spec.kind == "actor_create":
         return False
     return wanted is True or any(f"{c.__module__}.{c.__qualname__}" in wanted for c in type(e).__mro__)
 
