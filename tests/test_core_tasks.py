@@ -595,6 +595,26 @@ def test_task_stdout_and_stderr_prefixed_like_ray(ray_start, read_output):
     assert f"oops {tag}" not in out
 
 
+def test_actor_repr_prefixes_its_output_like_ray(ray_start, read_output):
+    tag = uuid.uuid4().hex
+
+    @ray.remote
+    class Shard:
+        def __init__(self, index):
+            self.index = index
+
+        def __repr__(self):
+            return f"Shard(index={self.index})"
+
+        def say(self, tag):
+            print(f"hi {tag}")
+            return os.getpid()
+
+    pid = ray.get(Shard.remote(7).say.remote(tag))
+    out, _ = read_output(lambda o, e: f"hi {tag}" in o)
+    assert f"(Shard(index=7) pid={pid}) hi {tag}" in out, out
+
+
 def test_log_to_driver_false_sends_worker_output_to_log_files(ray_init, read_output, tmp_path):
     tag = uuid.uuid4().hex
     ray_init(num_cpus=1, log_to_driver=False, _temp_dir=str(tmp_path))

@@ -775,6 +775,9 @@ class Node(ActorLifecycle, WorkerOutput):
             payload = e
         self._send(w, ("reply", req, payload))
 
+    def _msg_actor_repr(self, w: WorkerProc, text: str) -> None:
+        w.name = text   # the actor's __repr__ prefixes its output, as in Ray
+
     def _msg_named_actors(self, w: WorkerProc, req: int) -> None:
         self._send(w, ("reply", req, self.named_actors()))
 

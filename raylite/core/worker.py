@@ -197,6 +197,8 @@ class _Executor:
             context.set_actor(spec.class_meta, spec.actor_name[1] if spec.actor_name else None)
         self.execute(spec, deps, assigned, accel)
         if spec.kind == "actor_create" and self.actor is not None:
+            if type(self.actor).__repr__ is not object.__repr__:   # Ray prefixes its output with it
+                self.client.send(("actor_repr", _safe_repr(self.actor)))
             self.calls = concurrency.runner_for(self, spec.max_concurrency, spec.concurrency_groups or {})
             if self.calls is not None:
                 self.client.replies = {}
@@ -372,6 +374,14 @@ class _Executor:
             raise ValueError(f"{spec.name} declared num_returns={n} but its generator yielded "
                              f"{'more' if len(out) > n else len(out)} values")
         return out
+
+
+def _safe_repr(obj, limit: int = 200) -> str:
+    try:
+        text = repr(obj)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not break the actor
+        return type(obj).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _retryable(spec: TaskSpec, e: BaseException) -> bool:
