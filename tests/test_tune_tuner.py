@@ -206,8 +206,8 @@ def test_restore_continues_an_interrupted_experiment(runtime, tmp_path):
 
     with pytest.raises(ValueError, match="same trainable"):
         tune.Tuner.restore(path, windowed)
-    with pytest.raises(NotImplementedError, match="errored"):
-        tune.Tuner.restore(path, trainable, resume_errored=True)
+    with pytest.raises(NotImplementedError, match="resume_unfinished"):   # errored trials: test_tune_docs.py
+        tune.Tuner.restore(path, trainable, resume_unfinished=False)
     with pytest.raises(FileNotFoundError, match="tuner.pkl"):
         tune.Tuner.restore(str(tmp_path / "nothing"), trainable)
 

@@ -27,7 +27,7 @@ from raylite.train.config import (CheckpointConfig, CheckpointStrategy, FailureC
 from raylite.train.result import Result
 from raylite.train.session import (TrainContext, get_checkpoint, get_context, load_checkpoint, local_rank, report,
                                    save_checkpoint, world_rank, world_size)
-from raylite.train.trainer import Trainer, TorchTrainer, TrainingFailedError
+from raylite.train.trainer import Trainer, TorchTrainer, TrainingFailedError, WorkerGroupError
 
 
 PRELOAD_MODULES = ("torch", "torch._dynamo")   # what a worker imports in setup (see worker_group)
@@ -62,5 +62,5 @@ def __getattr__(name):   # `train.torch` without importing torch up front
 
 __all__ = ["Checkpoint", "CheckpointConfig", "CheckpointStrategy", "FailureConfig", "Result", "RunConfig",
            "ScalingConfig", "TorchConfig", "TorchTrainer", "TrainContext", "Trainer", "TrainingFailedError",
-           "get_checkpoint", "get_context", "init_with_preload", "load_checkpoint", "local_rank", "report",
-           "save_checkpoint", "world_rank", "world_size"]
+           "WorkerGroupError", "get_checkpoint", "get_context", "init_with_preload", "load_checkpoint",
+           "local_rank", "report", "save_checkpoint", "world_rank", "world_size"]

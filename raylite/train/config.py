@@ -22,7 +22,9 @@ class ScalingConfig:
     runtime has enough usable ones, else CPU). ``resources_per_worker`` uses Ray's keys:
     ``{"CPU": 2, "GPU": 1, "custom": 1}``; the default is one CPU (plus one GPU with ``use_gpu``).
     ``trainer_resources`` and ``placement_strategy`` are accepted for compatibility: on one machine
-    the driver itself coordinates and every worker lands on the same node.
+    the driver itself coordinates and every worker lands on the same node. Fields may hold Tune search
+    spaces (``ScalingConfig(num_workers=tune.grid_search([1, 2]))`` in a Tuner's param_space); such a
+    config is checked once a trial has resolved them.
     """
 
     num_workers: int = 1
@@ -32,6 +34,8 @@ class ScalingConfig:
     placement_strategy: str = "PACK"
 
     def __post_init__(self):
+        if any(_is_search_space(getattr(self, f)) for f in ("num_workers", "use_gpu", "resources_per_worker")):
+            return
         if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) or self.num_workers < 1:
             raise ValueError(f"num_workers must be an integer >= 1, got {self.num_workers!r}")
         if self.use_gpu not in (True, False, "auto"):
@@ -58,6 +62,12 @@ class ScalingConfig:
         return {"num_cpus": num_cpus, "num_gpus": num_gpus, "resources": res}
 
 
+def _is_search_space(value) -> bool:
+    """A raylite.tune search space (recognized without importing raylite.tune, which needs Optuna)."""
+    return (isinstance(value, dict) and list(value) == ["grid_search"]) or \
+        type(value).__module__ == "raylite.tune.search_space"
+
+
 @dataclass
 class CheckpointConfig:
     """Which persisted checkpoints to keep.
@@ -65,11 +75,23 @@ class CheckpointConfig:
     ``num_to_keep=None`` keeps all of them. With ``checkpoint_score_attribute`` the best
     ``num_to_keep`` by that reported metric are kept (``checkpoint_score_order`` "max" or "min"),
     otherwise the most recent ones. The latest checkpoint is always kept, for resuming.
+    ``checkpoint_frequency`` and ``checkpoint_at_end`` are Ray's class-trainable options: as in Ray,
+    setting them for a function trainable or a TorchTrainer is an error (checkpoint in the loop).
     """
 
     num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: str = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool | None = None
+
+    def check_function_trainable(self, what: str) -> None:
+        """The error Ray gives when class-trainable options reach a function's checkpoints."""
+        for name, value in (("checkpoint_frequency", self.checkpoint_frequency),
+                            ("checkpoint_at_end", self.checkpoint_at_end)):
+            if value:
+                raise ValueError(f"CheckpointConfig({name}={value!r}) cannot be used with {what}: save a checkpoint "
+                                 f"with report(..., checkpoint=...) in the loop instead (e.g. every N iterations)")
 
     def __post_init__(self):
         if self.num_to_keep is not None and (not isinstance(self.num_to_keep, int) or self.num_to_keep < 1):
@@ -83,17 +105,37 @@ CheckpointStrategy = CheckpointConfig   # Ray Train 1.x name
 
 @dataclass
 class FailureConfig:
-    """``max_failures``: how many times a dead worker group is restarted (-1: without limit)."""
+    """``max_failures``: how many times a failed run (a worker's death, or an error in the training
+    function) is restarted from its latest checkpoint (-1: without limit). ``fail_fast`` (Tune only):
+    True stops the experiment at the first trial error, ``"raise"`` also raises that error from
+    ``Tuner.fit``; it needs ``max_failures=0``, as in Ray."""
 
     max_failures: int = 0
+    fail_fast: bool | str = False
+
+    def __post_init__(self):
+        if not isinstance(self.max_failures, int) or isinstance(self.max_failures, bool) or self.max_failures < -1:
+            raise ValueError(f"FailureConfig.max_failures must be an integer >= -1 (-1: no limit), "
+                             f"got {self.max_failures!r}")
+        check_fail_fast(self.fail_fast, self.max_failures)
+
+
+def check_fail_fast(fail_fast: bool | str, max_failures: int) -> None:
+    """Ray's rules: fail_fast is a bool or "raise", and only goes with max_failures=0."""
+    if not isinstance(fail_fast, bool) and not (isinstance(fail_fast, str) and fail_fast.upper() == "RAISE"):
+        raise ValueError(f"fail_fast must be True, False or 'raise', got {fail_fast!r}")
+    if fail_fast and max_failures != 0:
+        raise ValueError(f"max_failures must be 0 if fail_fast={fail_fast!r}, got max_failures={max_failures!r}")
 
 
 @dataclass
 class RunConfig:
     """Where results go: ``storage_path/name/`` (metrics history, checkpoints).
 
-    ``callbacks``: objects with ``handle_result(results: list[dict])``, called in the driver with
-    every worker's metrics for each round of ``report`` (Ray Train 1.x's TrainingCallback).
+    ``callbacks``: objects with ``handle_result(results: list[dict])`` (Ray Train 1.x's
+    TrainingCallback) and/or ``after_report(run_context, metrics: list[dict], checkpoint)`` (2.x's
+    UserCallback; run_context is None), called in the driver with every worker's metrics for each
+    round of ``report``.
     """
 
     name: str | None = None

@@ -103,6 +103,7 @@ class RunRecorder:
         self.attempt = 0
         self.start = time.time()
         self.rounds: dict[int, dict[int, dict]] = {}
+        self.round_checkpoints: dict[int, Checkpoint] = {}   # seq -> rank 0's checkpoint, for after_report
         self.error: BaseException | None = None
         self._json = open(os.path.join(self.run_dir, RESULT_FILE), "w")
         for cb in self.callbacks:
@@ -120,17 +121,22 @@ class RunRecorder:
             if attempt != self.attempt:
                 continue
             if rank == 0:
-                if metrics is not None:
-                    self._record(dict(metrics), ckpt_name, ts)
-                if ckpt_name is not None:
-                    self._register(ckpt_name, metrics if metrics is not None else {})
+                recorded = self._record(dict(metrics), ckpt_name, ts) if metrics is not None else {}
+                ckpt = Checkpoint(os.path.join(self.run_dir, ckpt_name)) if ckpt_name is not None else None
+                if ckpt is not None:
+                    self._register(ckpt_name, recorded)
+                    if metrics is not None and self.callbacks:
+                        self.round_checkpoints[seq] = ckpt
+                for cb in self.callbacks:   # raylite.tune's hook: a Train run inside a trial reports to Tune
+                    if metrics is not None and hasattr(cb, "on_rank0_report"):
+                        cb.on_rank0_report(recorded, ckpt)
             if metrics is not None and self.callbacks:
                 self.rounds.setdefault(seq, {})[rank] = metrics
                 if len(self.rounds[seq]) == self.world_size:
                     self._flush_rounds(upto=seq)
         self._json.flush()
 
-    def _record(self, metrics: dict, ckpt_name: str | None, ts: float) -> None:
+    def _record(self, metrics: dict, ckpt_name: str | None, ts: float) -> dict:
         auto = {"training_iteration": self.reports + 1, "time_total_s": round(ts - self.start, 6),
                 "timestamp": int(ts), "checkpoint_dir_name": ckpt_name}
         for key, value in auto.items():
@@ -139,6 +145,7 @@ class RunRecorder:
         self.last = metrics
         self.columns.update(dict.fromkeys(metrics))
         self._json.write(json.dumps(metrics, default=_json_default) + "\n")
+        return metrics
 
     def _register(self, name: str, metrics: dict) -> None:
         index = int(name.split("_")[1])
@@ -147,6 +154,17 @@ class RunRecorder:
         n = self.ckpt_config.num_to_keep
         if n is None or len(self.checkpoints) <= n:
             return
+        keep = {c[0] for c in self._best()} | {self.checkpoints[-1][0]}   # the latest is kept for resuming
+        for c in self.checkpoints:
+            if c[0] not in keep:
+                shutil.rmtree(c[1].path, ignore_errors=True)
+        self.checkpoints = [c for c in self.checkpoints if c[0] in keep]
+
+    def _best(self) -> list:
+        """The best `num_to_keep` kept checkpoints (by score, else the newest), in the order reported."""
+        n = self.ckpt_config.num_to_keep
+        if n is None or len(self.checkpoints) <= n:
+            return list(self.checkpoints)
         attr = self.ckpt_config.checkpoint_score_attribute
         if attr is None:
             ranked = sorted(self.checkpoints, key=lambda c: c[0], reverse=True)
@@ -157,20 +175,20 @@ class RunRecorder:
                 v = c[2].get(attr)
                 return sign * v if isinstance(v, (int, float)) and not math.isnan(v) else -math.inf
             ranked = sorted(self.checkpoints, key=score, reverse=True)
-        keep = {c[0] for c in ranked[:n]} | {self.checkpoints[-1][0]}   # the latest is kept for resuming
-        for c in self.checkpoints:
-            if c[0] not in keep:
-                shutil.rmtree(c[1].path, ignore_errors=True)
-        self.checkpoints = [c for c in self.checkpoints if c[0] in keep]
+        top = {c[0] for c in ranked[:n]}
+        return [c for c in self.checkpoints if c[0] in top]
 
     def _flush_rounds(self, upto: int | None = None) -> None:
         for seq in sorted(self.rounds):
             if upto is not None and seq > upto:
                 break
             results = [m for _, m in sorted(self.rounds.pop(seq).items())]
+            checkpoint = self.round_checkpoints.pop(seq, None)
             for cb in self.callbacks:
                 if hasattr(cb, "handle_result"):
                     cb.handle_result(results)
+                if hasattr(cb, "after_report"):   # Ray Train 2.x's UserCallback (run_context is None here)
+                    cb.after_report(None, results, checkpoint)
 
     @property
     def latest_checkpoint(self) -> Checkpoint | None:
@@ -192,8 +210,9 @@ class RunRecorder:
         for cb in self.callbacks:
             if hasattr(cb, "finish_training"):
                 cb.finish_training(error=error is not None)
+        # best_checkpoints, as in Ray: the best num_to_keep (not the latest, kept on disk for resuming)
         return Result(self.last, self.latest_checkpoint, error, self.run_dir,
-                      best_checkpoints=[(c[1], c[2]) for c in self.checkpoints])
+                      best_checkpoints=[(c[1], c[2]) for c in self._best()])
 
     def _write_csv(self) -> None:
         """progress.csv from result.json, a row at a time."""

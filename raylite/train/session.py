@@ -2,12 +2,16 @@
 functions world_rank / local_rank / world_size / save_checkpoint / load_checkpoint.
 
 Outside a run (in the driver, or a plain task) the context is rank 0 of 1, ``get_checkpoint()`` is
-None and ``report`` warns and does nothing.
+None and ``report`` warns and does nothing. Inside a raylite.tune trial (Ray 2.x's Tune examples call
+``train.report`` from a function trainable), ``report``, ``get_checkpoint`` and the context's trial
+getters are the trial's: ``tune.report`` and ``tune.get_checkpoint``, as in Ray.
 """
 from __future__ import annotations
 
 import numbers
+import os
 import shutil
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -73,6 +77,15 @@ def _info() -> SessionInfo:
     return _session.info if _session is not None else _default_info
 
 
+def _tune_session():
+    """raylite.tune's session module when this process runs a Tune trial (and is no train worker),
+    else None. Looked up, not imported: a trial's process has imported it already."""
+    if _session is not None:
+        return None
+    tune_session = sys.modules.get("raylite.tune.session")
+    return tune_session if tune_session is not None and tune_session.in_session() else None
+
+
 class TrainContext:
     """``train.get_context()``: ranks and sizes of the calling worker (Ray Train 2.x)."""
 
@@ -92,13 +105,24 @@ class TrainContext:
         return _info().node_rank
 
     def get_experiment_name(self) -> str | None:
-        return _info().experiment_name
+        tune = _tune_session()
+        return tune.get_context().get_experiment_name() if tune else _info().experiment_name
 
     def get_trial_name(self) -> str | None:
-        return _info().trial_name
+        tune = _tune_session()
+        return tune.get_context().get_trial_name() if tune else _info().trial_name
+
+    def get_trial_id(self) -> str | None:
+        tune = _tune_session()
+        return tune.get_trial_id() if tune else _info().trial_name
 
     def get_trial_dir(self) -> str | None:
-        return _info().run_dir
+        tune = _tune_session()
+        return tune.get_trial_dir() if tune else _info().run_dir
+
+    def get_trial_resources(self) -> dict:
+        tune = _tune_session()
+        return tune.get_trial_resources() if tune else {}
 
     def get_storage(self) -> str | None:
         return _info().run_dir
@@ -135,8 +159,10 @@ def world_size() -> int:
 
 def get_checkpoint() -> Checkpoint | None:
     """The checkpoint to resume from: the latest one persisted by this run (after a restart) or the
-    one the run was started with; None when there is none or outside a run."""
-    return _info().checkpoint
+    one the run was started with; None when there is none or outside a run. In a Tune trial: the
+    trial's (``tune.get_checkpoint()``)."""
+    tune = _tune_session()
+    return tune.get_checkpoint() if tune else _info().checkpoint
 
 
 def _plain(value):
@@ -174,8 +200,15 @@ def report(metrics: dict | None = None, checkpoint: Checkpoint | None = None, **
         metrics = {**metrics, **kwargs}
     if not isinstance(metrics, dict):
         raise TypeError(f"report() expects a dict of metrics, got {type(metrics).__name__}")
+    tune = _tune_session()
+    if tune is not None:
+        return tune.report({str(k): _plain(v) for k, v in metrics.items()}, checkpoint=checkpoint)
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
-        raise TypeError(f"checkpoint must be a raylite.train.Checkpoint, got {type(checkpoint).__name__}")
+        path = getattr(checkpoint, "path", None)   # a tune.Checkpoint of a directory: Ray's two are one class
+        if not isinstance(path, str) or not os.path.isdir(path):
+            raise TypeError(f"checkpoint must be a raylite.train.Checkpoint (or a directory tune.Checkpoint), "
+                            f"got {checkpoint!r}")
+        checkpoint = Checkpoint(path)
     if _session is None:
         warnings.warn("raylite.train.report() called outside a training run; ignored", stacklevel=2)
         return

@@ -33,10 +33,27 @@ class TrainingFailedError(RuntimeError):
         self.result = result
 
 
+class WorkerGroupError(TrainingFailedError):
+    """Ray Train 2.x's TrainingFailedError for a failed worker group: ``worker_failures`` maps each
+    failed worker's rank to its error (the one that raised, or the one that died)."""
+
+    def __init__(self, message: str, worker_failures: dict[int, BaseException], result: Result | None = None):
+        super().__init__(message, result)
+        self.worker_failures = worker_failures
+
+
 class _GroupDied(Exception):
     def __init__(self, rank: int, error: BaseException):
         super().__init__(f"worker rank {rank} died: {error}")
         self.rank, self.error = rank, error
+
+
+class _TrainFuncError(Exception):
+    """train_func raised on a worker (``error`` is the annotated exception); the group is torn down."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
 
 
 class _ReporterDied(Exception):
@@ -134,6 +151,7 @@ class Trainer:
         if not isinstance(max_failures, int) or max_failures < -1:
             raise ValueError(f"max_failures must be an integer >= -1 (-1: no limit), got {max_failures!r}")
         self.max_failures = max_failures
+        self._retry_errors = False   # TorchTrainer: an error in train_func also uses up max_failures, as in Ray 2.x
         self.logdir = os.path.abspath(os.path.expanduser(os.fspath(logdir))) if logdir is not None else None
         self.use_gpu: bool | None = None        # resolved at start()
         self._group: WorkerGroup | None = None
@@ -259,25 +277,33 @@ class Trainer:
                 return self._attempt(train_func, config, recorder, recorder.latest_checkpoint or checkpoint,
                                      failures, experiment_name)
             except _GroupDied as died:
-                err, who = died.error, f"worker rank {died.rank} of {self._scaling.num_workers}"
+                err, who, ranks = died.error, f"worker rank {died.rank} of {self._scaling.num_workers} died", \
+                    [died.rank]
             except _ReporterDied as died:
-                err, who = died.error, "the reporter actor"
+                err, who, ranks = died.error, "the reporter actor died", []
             except exceptions.RayActorError as e:   # died while the group was starting
-                err, who = e, "a worker (while starting the group)"
+                err, who, ranks = e, "a worker died (while starting the group)", []
+            except _TrainFuncError as failed:
+                if not self._retry_errors or 0 <= self.max_failures <= failures:
+                    fatal = failed.error   # raised below, outside this handler: no chained context
+                    break
+                rank = getattr(failed.error, "world_rank", None)
+                err, who, ranks = failed.error, f"train_func on worker rank {rank} raised", [rank]
             failures += 1
             self._teardown([], recorder)
             recorder.remove_orphans()
             if 0 <= self.max_failures < failures:
                 latest = recorder.latest_checkpoint
-                raise TrainingFailedError(
-                    f"raylite.train: {who} died ({type(err).__name__}: {err}); the worker group was restarted "
+                raise WorkerGroupError(
+                    f"raylite.train: {who} ({type(err).__name__}: {err}); the worker group was restarted "
                     f"{failures - 1} time(s) and max_failures={self.max_failures}, so training stops. Latest "
-                    f"checkpoint: {latest.path if latest else None}") from err
+                    f"checkpoint: {latest.path if latest else None}", {r: err for r in ranks}) from err
             latest = recorder.latest_checkpoint or checkpoint
-            logger.warning("raylite.train: %s died (%s); restarting the worker group (failure %d of %s), "
+            logger.warning("raylite.train: %s (%s); restarting the worker group (failure %d of %s), "
                            "resuming from %s", who, type(err).__name__, failures,
                            "unlimited" if self.max_failures < 0 else self.max_failures,
                            latest.path if latest else "the start (no checkpoint)")
+        raise fatal
 
     def _attempt(self, train_func, config, recorder: RunRecorder, checkpoint, attempt: int,
                  experiment_name) -> list:
@@ -330,7 +356,7 @@ class Trainer:
                 rank = min(deaths)
                 raise _GroupDied(rank, deaths[rank])
             rank, err = errors[0]
-            raise _annotate(err, rank, n, getattr(train_func, "__name__", "train_func"))
+            raise _TrainFuncError(_annotate(err, rank, n, getattr(train_func, "__name__", "train_func")))
         self._drain(recorder)
         return results
 
@@ -378,10 +404,13 @@ class TorchTrainer:
     def fit(self) -> Result:
         rc, sc = self.run_config, self.scaling_config
         failure = rc.failure_config or FailureConfig()
+        if rc.checkpoint_config is not None:
+            rc.checkpoint_config.check_function_trainable("a TorchTrainer")
         name = rc.name or time.strftime("TorchTrainer_%Y-%m-%d_%H-%M-%S")
         run_dir = _unique_dir(os.path.join(os.path.expanduser(rc.storage_path or default_storage_path()), name))
         trainer = Trainer(self.torch_config, sc.num_workers, sc.use_gpu, sc.resources_per_worker,
                           max_failures=failure.max_failures)
+        trainer._retry_errors = True
         trainer._preflight()   # configuration errors (no GPU, too many workers) raise as they are
         try:
             trainer._execute(self.train_loop_per_worker, self.train_loop_config, run_dir,
@@ -390,8 +419,12 @@ class TorchTrainer:
             e.result = e.result or trainer.last_result
             raise
         except Exception as e:
-            raise TrainingFailedError(f"raylite.train: training failed: {type(e).__name__}: {e}",
-                                      trainer.last_result) from e
+            rank = getattr(e, "world_rank", None)
+            if rank is None:
+                raise TrainingFailedError(f"raylite.train: training failed: {type(e).__name__}: {e}",
+                                          trainer.last_result) from e
+            raise WorkerGroupError(f"raylite.train: training failed: {type(e).__name__}: {e}", {rank: e},
+                                   trainer.last_result) from e
         finally:
             trainer.shutdown()
         return trainer.last_result

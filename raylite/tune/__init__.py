@@ -28,14 +28,15 @@ trial is a raylite task with the trial's resources.
 """
 # Only the trial-side API is imported eagerly: a trial's worker imports this package to run
 # `report`, and should not pay for importing Optuna. Everything else loads on first use.
-from raylite.tune.session import (Checkpoint, get_checkpoint, get_trial_dir, get_trial_id, get_trial_resources,
-                                  report, with_parameters)
+from raylite.tune.session import (Checkpoint, TuneContext, get_checkpoint, get_context, get_trial_dir, get_trial_id,
+                                  get_trial_resources, report, with_parameters)
 
 _LAZY = {
     "ExperimentAnalysis": "analysis", "Callback": "api", "TuneError": "api", "run": "api",
     "ASHAScheduler": "schedulers", "AsyncHyperBandScheduler": "schedulers", "FIFOScheduler": "schedulers",
     "MedianStoppingRule": "schedulers", "OptunaPruner": "schedulers", "TrialScheduler": "schedulers",
-    "BasicVariantGenerator": "search", "OptunaSearch": "search", "Searcher": "search", "Trial": "trial",
+    "BasicVariantGenerator": "search", "ConcurrencyLimiter": "search", "OptunaSearch": "search",
+    "Searcher": "search", "Stopper": "stopper", "Trial": "trial",
     **{n: "tuner" for n in ("CheckpointConfig", "FailureConfig", "PlacementGroupFactory", "Result", "ResultGrid",
                             "RunConfig", "TuneConfig", "Tuner", "with_resources")},
     **{n: "search_space" for n in ("choice", "grid_search", "lograndint", "loguniform", "qlograndint",
@@ -44,11 +45,26 @@ _LAZY = {
 }
 
 
+_UNSUPPORTED = {   # Ray names a user meets in its docs, and what to do instead
+    "Trainable": "class trainables are not supported; write a function trainable(config) that calls "
+                 "tune.report(...) once per iteration (save/restore state with checkpoints)",
+    "PopulationBasedTraining": "schedulers that mutate configs (PBT, PB2) are not supported",
+    "HyperBandScheduler": "use tune.ASHAScheduler, or scheduler=optuna.pruners.HyperbandPruner(...)",
+    "SyncConfig": "results are on the local filesystem; nothing to sync",
+}
+
+# Ray's submodules, reachable as attributes (`tune.search.BasicVariantGenerator()`) as in Ray.
+_SUBMODULES = ("experiment", "integration", "schedulers", "search", "stopper")
+
+
 def __getattr__(name: str):
+    import importlib
+    if name in _SUBMODULES:
+        return importlib.import_module(f"raylite.tune.{name}")
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'raylite.tune' has no attribute {name!r}")
-    import importlib
+        why = _UNSUPPORTED.get(name)
+        raise AttributeError(f"module 'raylite.tune' has no attribute {name!r}" + (f": {why}" if why else ""))
     try:
         value = getattr(importlib.import_module(f"raylite.tune.{module}"), name)
     except ModuleNotFoundError as e:
@@ -61,13 +77,14 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
 
 
 __all__ = ["ASHAScheduler", "AsyncHyperBandScheduler", "BasicVariantGenerator", "Callback", "Checkpoint",
-           "CheckpointConfig", "ExperimentAnalysis", "FIFOScheduler", "FailureConfig", "MedianStoppingRule",
-           "OptunaPruner", "OptunaSearch", "PlacementGroupFactory", "Result", "ResultGrid", "RunConfig", "Searcher",
-           "Trial", "TrialScheduler", "TuneConfig", "TuneError", "Tuner", "choice", "get_checkpoint",
-           "get_trial_dir", "get_trial_id", "get_trial_resources", "grid_search", "lograndint", "loguniform",
-           "qlograndint", "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn", "report", "run",
-           "sample_from", "uniform", "with_parameters", "with_resources"]
+           "CheckpointConfig", "ConcurrencyLimiter", "ExperimentAnalysis", "FIFOScheduler", "FailureConfig",
+           "MedianStoppingRule", "OptunaPruner", "OptunaSearch", "PlacementGroupFactory", "Result", "ResultGrid",
+           "RunConfig", "Searcher", "Stopper", "Trial", "TrialScheduler", "TuneConfig", "TuneContext", "TuneError",
+           "Tuner", "choice", "get_checkpoint", "get_context", "get_trial_dir", "get_trial_id",
+           "get_trial_resources", "grid_search", "lograndint", "loguniform", "qlograndint", "qloguniform",
+           "qrandint", "qrandn", "quniform", "randint", "randn", "report", "run", "sample_from", "uniform",
+           "with_parameters", "with_resources"]

@@ -110,7 +110,16 @@ class ExperimentAnalysis:
 
     best_path = best_logdir
 
-    def get_all_configs(self) -> dict[str, dict]:
+    def get_last_checkpoint(self, trial: Trial | None = None, metric: str = "training_iteration",
+                            mode: str = "max"):
+        """The newest checkpoint of `trial` (default: the best trial by `metric`/`mode`)."""
+        trial = trial or self.get_best_trial(metric, mode)
+        return self.get_best_checkpoint(trial, "training_iteration", "max") if trial else None
+
+    def get_all_configs(self, prefix: bool = False) -> dict[str, dict]:
+        """trial id -> config; with `prefix`, flattened with "config/" keys, as in dataframes."""
+        if prefix:
+            return {t.trial_id: {f"config/{k}": v for k, v in flatten(t.config).items()} for t in self.trials}
         return {t.trial_id: t.config for t in self.trials}
 
     # ------------------------------------------------------------------ results
@@ -146,6 +155,13 @@ class ExperimentAnalysis:
         pd = _need_pandas("best_result_df")
         t = self.best_trial
         return pd.DataFrame([self._row(t, t.last_result)]).set_index("trial_id") if t else pd.DataFrame()
+
+    @property
+    def best_dataframe(self):
+        """Every result of the best trial (by the experiment's metric and mode), pandas."""
+        pd = _need_pandas("best_dataframe")
+        t = self.get_best_trial()
+        return pd.DataFrame([flatten(r) for r in read_results(t.path)]) if t else pd.DataFrame()
 
     @property
     def trial_dataframes(self) -> dict:

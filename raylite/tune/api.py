@@ -5,7 +5,8 @@ import math
 
 from raylite.train.config import CheckpointConfig
 from raylite.tune.analysis import ExperimentAnalysis
-from raylite.tune.search import BasicVariantGenerator, Searcher
+from raylite.train.config import check_fail_fast
+from raylite.tune.search import BasicVariantGenerator, Searcher, unwrap_limiter
 from raylite.tune.schedulers import as_scheduler
 from raylite.tune.trial import ERROR
 
@@ -28,13 +29,15 @@ class Callback:
 def run(trainable, config: dict | None = None, num_samples: int = 1, resources_per_trial: dict | None = None,
         metric: str | None = None, mode: str | None = None, search_alg: Searcher | None = None, scheduler=None,
         stop=None, time_budget_s: float | None = None, max_concurrent_trials: int | None = None,
-        storage_path: str | None = None, name: str | None = None, resume: bool = False, max_failures: int = 0,
+        storage_path: str | None = None, name: str | None = None, resume: bool | str = False, max_failures: int = 0,
         raise_on_failed_trial: bool = True, verbose: int = 1, callbacks: list | None = None,
-        local_dir: str | None = None, checkpoint_config: CheckpointConfig | None = None) -> ExperimentAnalysis:
+        local_dir: str | None = None, checkpoint_config: CheckpointConfig | None = None,
+        fail_fast: bool | str = False) -> ExperimentAnalysis:
     """Run `trainable(config)` for every sampled config; returns an ExperimentAnalysis.
 
     The trainable calls `tune.report({...})` once per iteration (and may pass `checkpoint=`);
     `checkpoint_config=tune.CheckpointConfig(num_to_keep=N, ...)` bounds how many each trial keeps.
+    `fail_fast=True` stops the experiment at the first trial error; `"raise"` also raises it.
     See README "Hyperparameter search (raylite.tune)" for every argument.
     """
     from raylite.tune.runner import TrialRunner
@@ -43,6 +46,11 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures, stop)
     if checkpoint_config is not None and not isinstance(checkpoint_config, CheckpointConfig):
         raise TypeError(f"checkpoint_config must be a tune.CheckpointConfig, got {type(checkpoint_config).__name__}")
+    if checkpoint_config is not None:
+        checkpoint_config.check_function_trainable("a function trainable")
+    check_fail_fast(fail_fast, max_failures)
+    resume, errored = parse_resume(resume)
+    search_alg, max_concurrent_trials = unwrap_limiter(search_alg, max_concurrent_trials)
     search_alg = search_alg if search_alg is not None else BasicVariantGenerator()
     if not isinstance(search_alg, Searcher):
         raise TypeError(f"search_alg must be a tune searcher (OptunaSearch, BasicVariantGenerator), "
@@ -51,13 +59,32 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     metric, mode = _resolve_metric(search_alg, scheduler, metric, mode)
     runner = TrialRunner(trainable, config, num_samples, normalize_resources(resources_per_trial), metric, mode,
                          search_alg, scheduler, stop, time_budget_s, max_concurrent_trials,
-                         storage_path or local_dir, name, resume, max_failures, verbose, callbacks, checkpoint_config)
+                         storage_path or local_dir, name, resume, max_failures, verbose, callbacks, checkpoint_config,
+                         fail_fast, errored)
     analysis = runner.run()
     failed = [t for t in analysis.trials if t.status == ERROR]
     if failed and raise_on_failed_trial:
         raise TuneError(f"Trials did not complete: {failed} (see each trial's error.txt under "
                         f"{runner.storage.path}; raise_on_failed_trial=False returns the analysis instead)")
     return analysis
+
+
+def parse_resume(resume: bool | str) -> tuple[bool, str | None]:
+    """Ray's `resume`: True/"AUTO" continue unfinished trials; "AUTO+ERRORED" also resumes errored
+    ones from their latest checkpoint, "AUTO+RESTART_ERRORED" reruns them from scratch.
+    Returns (resume, what to do with errored trials: None, "resume" or "restart")."""
+    if isinstance(resume, bool):
+        return resume, None
+    if not isinstance(resume, str):
+        raise TypeError(f"resume must be a bool or a string like 'AUTO+ERRORED', got {type(resume).__name__}")
+    base, *suffixes = resume.upper().split("+")
+    if base not in ("AUTO", "LOCAL") or len(suffixes) > 1:
+        raise ValueError(f"resume={resume!r}: expected True, 'AUTO', 'AUTO+ERRORED' or 'AUTO+RESTART_ERRORED'")
+    errored = {(): None, ("ERRORED",): "resume", ("RESTART_ERRORED",): "restart"}.get(tuple(suffixes), "?")
+    if errored == "?":
+        raise ValueError(f"resume={resume!r}: the suffix must be +ERRORED or +RESTART_ERRORED (the *_ONLY forms, "
+                         f"which skip unfinished trials, are not supported)")
+    return True, errored
 
 
 def normalize_resources(resources, what: str = "resources_per_trial") -> dict[str, float]:
@@ -72,6 +99,15 @@ def normalize_resources(resources, what: str = "resources_per_trial") -> dict[st
         raise TypeError(f"{what} must be a dict like {{'cpu': 1, 'gpu': 0.5}} or a tune.PlacementGroupFactory, "
                         f"got {type(resources).__name__}")
     out: dict[str, float] = {}
+    resources = dict(resources)
+    custom = resources.pop("custom_resources", None)   # Ray's nested form: {"cpu": 1, "custom_resources": {"hdd": 80}}
+    if custom is not None:
+        if not isinstance(custom, dict):
+            raise TypeError(f"{what}['custom_resources'] must be a dict like {{'hdd': 80}}, got {custom!r}")
+        for key, value in custom.items():
+            if key in resources:
+                raise ValueError(f"{what}: resource {key!r} given twice, in custom_resources and at the top")
+        resources.update(custom)
     for key, value in resources.items():
         if not isinstance(key, str):
             raise TypeError(f"{what}: resource names must be strings, got {key!r}")

@@ -21,6 +21,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -59,7 +60,8 @@ class TrialRunner:
 
     def __init__(self, trainable, config, num_samples, resources_per_trial, metric, mode, search_alg, scheduler,
                  stop, time_budget_s, max_concurrent_trials, storage_path, name, resume, max_failures, verbose,
-                 callbacks, checkpoint_config: CheckpointConfig | None = None):
+                 callbacks, checkpoint_config: CheckpointConfig | None = None, fail_fast: bool | str = False,
+                 errored: str | None = None):
         self.trainable, self.trainable_name = trainable, getattr(trainable, "__name__", "trainable")
         self.searcher = search_alg if search_alg is not None else BasicVariantGenerator()
         self.scheduler = as_scheduler(scheduler)
@@ -72,8 +74,11 @@ class TrialRunner:
         self.max_concurrent, self.max_failures = max_concurrent_trials, max_failures
         self.callbacks = list(callbacks or [])
         self.checkpoint_config = checkpoint_config
+        self.fail_fast = fail_fast.upper() if isinstance(fail_fast, str) else fail_fast
+        self.fail_error: BaseException | None = None   # fail_fast="raise": the first trial error, raised at the end
         self.dropped: list[str] = []   # checkpoints it no longer keeps: deleted after this drain's results
         self.stop_at = dict(stop) if isinstance(stop, dict) else {}
+        self.warned_stop_keys: set = set()
         self.may_stop = (not isinstance(self.scheduler, FIFOScheduler) or time_budget_s is not None
                          or (stop is not None and not isinstance(stop, dict)))
         max_t = getattr(self.scheduler, "max_t", None)
@@ -83,6 +88,7 @@ class TrialRunner:
         self.name = name or self._default_name(storage_path, resume)
         self.storage = ExperimentStorage(storage_path, self.name)
         self.resume = resume
+        self.errored = errored   # on resume, errored trials: None (kept), "resume" (from a checkpoint), "restart"
         self.reporter = ProgressReporter(verbose, self.metric, self.mode,
                                          sorted(path_name(p) for p, _ in self.space.grids + self.space.domains))
         self.trials: list[Trial] = []
@@ -141,9 +147,10 @@ class TrialRunner:
         # node holds it back) and its config cannot depend on the trials still running.
         self.may_queue = (bool(self.req_units) and not self.searcher.needs_metric
                           and (not self.max_concurrent or self.max_concurrent >= self.slots) and QUEUE_AHEAD)
-        custom = {k: v for k, v in self.resources.items() if k not in ("CPU", "GPU")}
+        custom = {k: v for k, v in self.resources.items() if k not in ("CPU", "GPU", "memory")}
         self.task = _trial_task.options(num_cpus=self.resources.get("CPU", 0), num_gpus=self.resources.get("GPU", 0),
-                                        resources=custom or None, max_retries=0)
+                                        memory=self.resources.get("memory") or None, resources=custom or None,
+                                        max_retries=0)
 
     def _open_experiment(self) -> None:
         st = self.storage
@@ -168,6 +175,8 @@ class TrialRunner:
         for t in st.load_trials():
             self.trials.append(t)
             self.by_id[t.trial_id] = t
+            if t.status == ERROR and self.errored:
+                self._reopen_errored(t)
             if t.is_finished:
                 self._restore_finished(t)
             else:
@@ -192,6 +201,21 @@ class TrialRunner:
             system_attrs=o.get("system_attrs") or {}, user_attrs={"trial_id": t.trial_id})
         self.study.add_trial(frozen)
         self.mirror.add(frozen)
+
+    def _reopen_errored(self, t: Trial) -> None:
+        """An errored trial runs again (resume="AUTO+ERRORED" / Tuner.restore(resume_errored=True)):
+        from its latest checkpoint, or, with "restart", from scratch (its checkpoints and results
+        are deleted)."""
+        t.status, t.error_msg, t.num_failures, t.end_time = PENDING, None, 0, None
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(t.path, "error.txt"))
+        if self.errored == "restart":
+            for name in os.listdir(t.path):
+                if name.startswith("checkpoint_"):
+                    shutil.rmtree(os.path.join(t.path, name), ignore_errors=True)
+            rewrite_results(t.path, [])
+            t.rewind([])
+            t.optuna.pop("intermediate", None)
 
     def _restore_unfinished(self, t: Trial) -> None:
         ot = self.searcher.restore(self.study, t.optuna.get("params", {}), t.optuna.get("distributions", {}))
@@ -223,6 +247,8 @@ class TrialRunner:
                                        "checkpoint_dir_arg": session.wants_checkpoint_dir(self.trainable)})
             self.started_at = time.monotonic()
             self._loop()
+            if self.fail_error is not None:
+                raise self.fail_error
         except BaseException:
             outcome = "interrupted"
             raise
@@ -377,7 +403,7 @@ class TrialRunner:
             self.storage.flush()
             ckpt = self._rewind(trial)
         info = {"trial_id": trial.trial_id, "trial_dir": trial.path, "attempt": trial.attempt,
-                "checkpoint": ckpt.path if ckpt else None}
+                "checkpoint": ckpt.path if ckpt else None, "experiment_tag": self._experiment_tag(trial)}
         if gate:
             info["gate"] = gate
         trial.ref = self.task.remote(self.trainable_ref, trial.config, info, self.static_ref)
@@ -386,6 +412,16 @@ class TrialRunner:
             self.queued = trial
         else:
             self._started(trial)
+
+    def _experiment_tag(self, trial: Trial) -> str:
+        """Ray's `experiment_tag`: the trial's index and its searched values, "3_lr=0.01,h=64"."""
+        parts = []
+        for path, _ in sorted(self.space.grids + self.space.domains, key=lambda pd: path_name(pd[0])):
+            node = trial.config
+            for key in path:
+                node = node[key] if isinstance(node, (dict, list)) else None
+            parts.append(f"{path[-1]}={node:.4g}" if isinstance(node, float) else f"{path[-1]}={node}")
+        return f"{trial.index}_{','.join(parts)}" if parts else str(trial.index)
 
     def _started(self, trial: Trial, callbacks: bool = True) -> None:
         """The trial holds its resources from now on (launched, or its gate opened)."""
@@ -467,6 +503,14 @@ class TrialRunner:
         self.dropped = []
 
     def _on_result(self, trial: Trial, result: dict) -> None:
+        if trial.stop_reason is not None:
+            # A trial learns of a stop at a later report than the one that decided it (Ray's waits at
+            # each report instead): what it reported since is dropped, so its record ends where the
+            # stopper, scheduler or budget stopped it, as in Ray.
+            name = result.get("checkpoint_dir_name")
+            if name:
+                self.dropped.append(os.path.join(trial.path, name))
+            return
         trial.add_result(result)
         if self.checkpoint_config is not None and result.get("checkpoint_dir_name"):
             self.dropped += trial.drop_checkpoints(self.checkpoint_config)
@@ -474,8 +518,6 @@ class TrialRunner:
         self.reporter.result_line(trial, result)
         for cb in self.callbacks:
             cb.on_trial_result(iteration=self.iteration, trials=self.trials, trial=trial, result=result)
-        if trial.stop_reason is not None:
-            return
         decision = self.scheduler.on_result(trial, result)
         if decision == PRUNE:
             return self._request_stop(trial, "pruned")
@@ -491,6 +533,11 @@ class TrialRunner:
         if isinstance(stop, dict):
             for key, bound in stop.items():
                 v = result.get(key)
+                if v is None and key not in self.warned_stop_keys:
+                    self.warned_stop_keys.add(key)   # as Ray: a warning, once; the trial runs to its end
+                    warnings.warn(f"stop criterion {key!r} is not in trial {trial.trial_id}'s result (keys: "
+                                  f"{sorted(result)}); if it is never reported, trials run until they end",
+                                  stacklevel=2)
                 if v is not None and v >= bound:
                     return True
             return False
@@ -536,6 +583,9 @@ class TrialRunner:
     def _enforce(self, now: float) -> None:
         if self.time_budget_s is not None and not self.stopping and now - self.started_at >= self.time_budget_s:
             self._stop_experiment(f"time_budget_s={self.time_budget_s:g}")
+        stop_all = getattr(self.stop, "stop_all", None)   # also between results, as Ray checks it (TimeoutStopper)
+        if stop_all is not None and not self.stopping and stop_all():
+            self._stop_experiment("the stopper's stop_all()")
         for ref, trial in self.running.items():
             if trial.stop_requested_at is None:
                 continue
@@ -579,6 +629,10 @@ class TrialRunner:
                 self.reporter.trial_line(trial, f"failed ({trial.num_failures}/{self.max_failures}), retrying")
                 return
             trial.status, state, what = ERROR, TrialState.FAIL, "errored"
+            if self.fail_fast and not self.stopping:
+                if self.fail_fast == "RAISE":
+                    self.fail_error = value
+                self._stop_experiment(f"fail_fast: trial {trial.trial_id} errored")
         trial.end_time = time.time()
         self._tell(trial, state)
         trial.compact()

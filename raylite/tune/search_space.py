@@ -274,9 +274,18 @@ class SearchSpace:
         self.names = {path_name(p) for p, _ in self.grids + self.domains}
 
     def _walk(self, node, path: tuple) -> None:
-        if not isinstance(node, dict):
+        """Find the search spaces in nested dicts and lists (Ray's `"layers": [tune.grid_search(...), ...]`);
+        a list element's path holds its index."""
+        if isinstance(node, dict):
+            items = node.items()
+        elif isinstance(node, list):
+            items = enumerate(node)
+        else:
+            if isinstance(node, tuple) and any(_searched(v) for v in node):
+                raise ValueError(f"config {path_name(path)!r}: search spaces inside a tuple are not resolved; "
+                                 f"use a list")
             return
-        for key, value in node.items():
+        for key, value in items:
             p = path + (key,)
             if is_grid(value):
                 self.grids.append((p, list(value["grid_search"])))
@@ -284,7 +293,7 @@ class SearchSpace:
                 self.domains.append((p, value))
             elif isinstance(value, Function):
                 self.functions.append((p, value))
-            elif isinstance(value, dict):
+            else:
                 self._walk(value, p)
 
     @property
@@ -341,9 +350,15 @@ def _unique(values: list) -> list:
     return out
 
 
+def _searched(value) -> bool:
+    return is_grid(value) or isinstance(value, (Domain, Function))
+
+
 def _copy(node):
     if isinstance(node, dict) and not is_grid(node):
         return {k: _copy(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_copy(v) for v in node]
     return node
 
 

@@ -17,6 +17,7 @@ import json
 import os
 import pickle
 import shutil
+import socket
 import tempfile
 import time
 
@@ -103,7 +104,11 @@ def _as_checkpoint(value) -> Checkpoint:
         return Checkpoint.from_dict(value)
     if isinstance(value, (str, os.PathLike)):
         return Checkpoint.from_directory(value)
-    raise TypeError(f"checkpoint must be a tune.Checkpoint, a dict or a directory, got {type(value).__name__}")
+    from raylite.train.checkpoint import Checkpoint as TrainCheckpoint
+    if isinstance(value, TrainCheckpoint):   # Ray's train.Checkpoint and tune.Checkpoint are one class
+        return Checkpoint.from_directory(value.path)
+    raise TypeError(f"checkpoint must be a tune.Checkpoint, a train.Checkpoint, a dict or a directory, "
+                    f"got {type(value).__name__}")
 
 
 def persist_checkpoint(ckpt: Checkpoint, trial_dir: str, iteration: int, meta: dict) -> Checkpoint:
@@ -148,10 +153,21 @@ class _Session:
         self.start = self.last = time.time()
         self.last_block = 0.0
         self.pid = os.getpid()
+        self.experiment_name = os.path.basename(os.path.dirname(self.trial_dir))
+        self.auto = {"experiment_tag": info.get("experiment_tag", ""), "hostname": socket.gethostname(),
+                     "node_ip": _node_ip()}   # Ray's per-trial auto-filled metrics
+        self._date = (0, "")
         self.may_stop = info.get("may_stop", True)   # False: nothing in the driver can stop this trial
         self.stop_at = info.get("stop_at") or {}   # {metric: bound}: `stop=` dict and the scheduler's max_t
         # Reports that do not wait for the stop decision return no ref: one message, nothing to free.
         self.post = self.hub.report.options(num_returns=0)
+
+
+    def date(self, second: int) -> str:
+        """Ray's `date` metric, formatted once per second (reports may come thousands a second)."""
+        if self._date[0] != second:
+            self._date = (second, time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(second)))
+        return self._date[1]
 
 
 _session: _Session | None = None
@@ -180,7 +196,7 @@ def report(metrics: dict | None = None, *, checkpoint=None, **kwargs) -> None:
     result.update(training_iteration=s.iteration, time_this_iter_s=now - s.last,
                   time_total_s=s.time_offset + now - s.start, timestamp=int(now), trial_id=s.trial_id,
                   pid=s.pid, iterations_since_restore=s.iteration - s.start_iteration,
-                  time_since_restore=now - s.start)
+                  time_since_restore=now - s.start, date=s.date(int(now)), **s.auto)
     s.last = now
     block = s.may_stop and time.monotonic() - s.last_block >= BLOCK_EVERY_S
     if checkpoint is not None:
@@ -217,6 +233,58 @@ def get_trial_dir() -> str:
 
 def get_trial_resources() -> dict:
     return dict(_current().resources)
+
+
+def in_session() -> bool:
+    """Whether this process is running a trial now (raylite.train's functions defer to it then)."""
+    return _session is not None
+
+
+class TuneContext:
+    """`tune.get_context()` (Ray 2.x): who the running trial is and where its files go."""
+
+    def get_trial_id(self) -> str:
+        return _current().trial_id
+
+    def get_trial_name(self) -> str:
+        return _current().trial_id   # raylite names trial directories by trial id
+
+    def get_trial_dir(self) -> str:
+        return _current().trial_dir
+
+    def get_experiment_name(self) -> str:
+        return _current().experiment_name
+
+    def get_trial_resources(self) -> dict:
+        return dict(_current().resources)
+
+    def get_world_rank(self) -> int:
+        return 0
+
+    def get_local_rank(self) -> int:
+        return 0
+
+    def get_world_size(self) -> int:
+        return 1
+
+    def get_local_world_size(self) -> int:
+        return 1
+
+    def get_node_rank(self) -> int:
+        return 0
+
+
+def get_context() -> TuneContext:
+    """The running trial's context; its getters raise outside a trial."""
+    return TuneContext()
+
+
+def _node_ip() -> str:
+    try:
+        from raylite.util import get_node_ip_address
+        return get_node_ip_address()
+    except Exception:  # noqa: BLE001 - a label only
+        return "127.0.0.1"
 
 
 def run_trial(trainable, config: dict, info: dict, shared: dict | None = None) -> dict:

@@ -156,6 +156,9 @@ class Trial:
         if not isinstance(self.stats, MetricSummaries):
             self.stats = MetricSummaries({k: m.summary() for k, m in self.stats.items()})
         self.last_result = _interned(self.last_result)
+        for key in ("hostname", "node_ip"):   # the same strings in every trial's record
+            if type(self.last_result.get(key)) is str:
+                self.last_result[key] = sys.intern(self.last_result[key])
         self.checkpoints = [(p, _interned(r)) for p, r in self.checkpoints]
         self.runtime = _interned({k: _interned(v) if isinstance(v, dict) else v for k, v in self.runtime.items()})
         o = self.optuna

@@ -9,7 +9,9 @@
 The Tuner only maps its configs onto `tune.run`'s arguments (one runner, one storage layout), with
 Ray's Tuner semantics on top: failed trials do not raise (they are in `ResultGrid.errors`), and the
 settings are saved as `tuner.pkl` in the experiment directory so `Tuner.restore(path, trainable)`
-can continue an interrupted experiment (`tune.run(..., resume=True)` underneath).
+can continue an interrupted experiment (`tune.run(..., resume=True)` underneath). The trainable
+may also be a raylite.train `TorchTrainer`, with `param_space={"train_loop_config": {...},
+"scaling_config": ScalingConfig(...)}`: one Train run per trial (trainer_trial.py).
 `RunConfig`, `FailureConfig` and `CheckpointConfig` are raylite.train's classes, as in Ray, where
 `ray.tune.RunConfig` is Ray Train's.
 """
@@ -22,14 +24,17 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+import raylite as ray
 from raylite.train.config import CheckpointConfig, FailureConfig, RunConfig
 from raylite.train.result import Result as _TrainResult
+from raylite.train.trainer import TorchTrainer
 from raylite.tune.analysis import ExperimentAnalysis
 from raylite.tune.api import TuneError, _check_arguments, normalize_resources, run
 from raylite.tune.schedulers import as_scheduler
 from raylite.tune.search import Searcher
 from raylite.tune.session import Checkpoint, with_parameters
 from raylite.tune.storage import ExperimentStorage
+from raylite.tune.trainer_trial import TrainerTrainable, default_concurrency, prepare_param_space
 from raylite.tune.trial import ERROR, TERMINATED, Trial
 
 TUNER_FILE = "tuner.pkl"
@@ -118,8 +123,8 @@ def split_resources(trainable: Callable, resources_per_trial: dict | PlacementGr
 # ---------------------------------------------------------------------------- configs
 @dataclass
 class TuneConfig:
-    """Ray's `TuneConfig`, its fields in its order (not trial_name_creator / trial_dirname_creator:
-    trial directories are named by trial id). `max_concurrent_trials` 0 or None: no limit;
+    """Ray's `TuneConfig`, its fields in its order; trial_name_creator, trial_dirname_creator and
+    chdir_to_trial_dir are refused (trials are named by trial id). `max_concurrent_trials` 0 or None: no limit;
     `time_budget_s` may be a `datetime.timedelta`; `reuse_actors` is accepted and has no effect
     (trials are tasks on raylite's reused worker processes)."""
 
@@ -131,8 +136,16 @@ class TuneConfig:
     max_concurrent_trials: int | None = None
     time_budget_s: float | datetime.timedelta | None = None
     reuse_actors: bool = False
+    trial_name_creator: Callable | None = None
+    trial_dirname_creator: Callable | None = None
+    chdir_to_trial_dir: bool = False
 
     def __post_init__(self):
+        for name in ("trial_name_creator", "trial_dirname_creator", "chdir_to_trial_dir"):
+            if getattr(self, name):
+                raise NotImplementedError(f"TuneConfig({name}={getattr(self, name)!r}) is not supported: raylite.tune "
+                                          f"names each trial and its directory by trial id and never changes the "
+                                          f"working directory (use tune.get_context().get_trial_dir())")
         if self.mode not in (None, "min", "max"):
             raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {self.mode!r}")
         if self.metric is not None and not isinstance(self.metric, str):
@@ -197,6 +210,11 @@ class ResultGrid:
     def experiment_path(self) -> str | None:
         return self._analysis.experiment_path
 
+    @property
+    def filesystem(self):
+        """None: results are on the local filesystem (Ray gives a pyarrow filesystem)."""
+        return None
+
     def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
                         filter_nan_and_inf: bool = True) -> Result:
         """The best trial's Result by `metric`/`mode` (default: the TuneConfig's); `scope` as in
@@ -246,6 +264,12 @@ class ResultGrid:
 
 
 # ---------------------------------------------------------------------------- the Tuner
+def _name_of(trainable) -> str:
+    if isinstance(trainable, TorchTrainer):
+        return type(trainable).__name__
+    return getattr(trainable, "__name__", "trainable")
+
+
 def _check_type(name: str, value, cls: type) -> None:
     if not isinstance(value, cls):
         raise TypeError(f"Tuner: {name} must be a tune.{cls.__name__}, got {type(value).__name__}")
@@ -254,12 +278,18 @@ def _check_type(name: str, value, cls: type) -> None:
 class Tuner:
     """Ray's `Tuner`: configure with `param_space`, `TuneConfig` and `RunConfig`, run with `fit()`."""
 
-    def __init__(self, trainable: Callable, *, param_space: dict | None = None, tune_config: TuneConfig | None = None,
-                 run_config: RunConfig | None = None):
+    def __init__(self, trainable: Callable | TorchTrainer, *, param_space: dict | None = None,
+                 tune_config: TuneConfig | None = None, run_config: RunConfig | None = None):
         if param_space is not None and not isinstance(param_space, dict):
             raise ValueError(f"Tuner(param_space=...) must be a dict of values and search spaces "
                              f"(tune.uniform(...), tune.grid_search([...]), ...), got {param_space!r}")
         tune_config = TuneConfig() if tune_config is None else tune_config
+        self._trainer = trainable if isinstance(trainable, TorchTrainer) else None
+        if self._trainer is not None:   # one Train run per trial (trainer_trial.py)
+            param_space = prepare_param_space(self._trainer, param_space)
+            if run_config is None:   # as in Ray, the trainer's RunConfig, unless the Tuner has one
+                run_config = replace(self._trainer.run_config, callbacks=None)
+            trainable = with_resources(TrainerTrainable(self._trainer), {"cpu": 0})
         run_config = RunConfig() if run_config is None else run_config
         _check_type("tune_config", tune_config, TuneConfig)
         _check_type("run_config", run_config, RunConfig)
@@ -268,10 +298,10 @@ class Tuner:
         _check_type("run_config.failure_config", failure_config, FailureConfig)
         _check_type("run_config.checkpoint_config", checkpoint_config, CheckpointConfig)
         self._trainable, self._resources = split_resources(trainable, None)
-        self._max_failures = failure_config.max_failures
+        self._max_failures, self._fail_fast = failure_config.max_failures, failure_config.fail_fast
         _check_arguments(self._trainable, tune_config.num_samples, tune_config.max_concurrent_trials or None,
                          self._max_failures, run_config.stop)
-        self._trainable_name = getattr(trainable, "__name__", "trainable")
+        self._trainable_name = _name_of(trainable)
         self._param_space, self._tune_config = param_space, tune_config
         self._run_config = replace(run_config)   # fit() fills in the name; the caller's object stays as it was
         self._resume = False
@@ -297,13 +327,19 @@ class Tuner:
                              f"RunConfig(name=...) or storage_path")
         self._save(storage)
         tc, rc = self._tune_config, self._run_config
+        max_concurrent = tc.max_concurrent_trials or None
+        if self._trainer is not None and max_concurrent is None:   # trial tasks hold no CPU: bound them here
+            if not ray.is_initialized():
+                ray.init()
+            max_concurrent = default_concurrency(self._trainer, ray.cluster_resources())
         analysis = run(self._trainable, config=self._param_space, num_samples=tc.num_samples,
                        resources_per_trial=self._resources, metric=tc.metric, mode=tc.mode,
                        search_alg=tc.search_alg, scheduler=tc.scheduler, stop=rc.stop,
-                       time_budget_s=tc.time_budget_s, max_concurrent_trials=tc.max_concurrent_trials or None,
+                       time_budget_s=tc.time_budget_s, max_concurrent_trials=max_concurrent,
                        storage_path=storage.root, name=storage.name, resume=self._resume,
                        max_failures=self._max_failures, raise_on_failed_trial=False, verbose=rc.verbose,
-                       callbacks=rc.callbacks, checkpoint_config=rc.checkpoint_config)
+                       callbacks=rc.callbacks, checkpoint_config=rc.checkpoint_config,
+                       fail_fast=self._fail_fast)
         return ResultGrid(analysis)
 
     def get_results(self) -> ResultGrid:
@@ -340,25 +376,27 @@ class Tuner:
                 resume_errored: bool = False, restart_errored: bool = False,
                 param_space: dict | None = None) -> Tuner:
         """Continue the experiment at `path` (moved there or not) with the same `trainable`:
-        finished and errored trials are kept, unfinished ones restart from their latest checkpoint,
-        and the rest of `num_samples` is run (`tune.run(..., resume=True)`). `param_space` may be
-        given again (e.g. for fresh object refs), not changed. Re-running errored trials
-        (`resume_errored`, `restart_errored`) and skipping unfinished ones are not supported."""
-        if resume_errored or restart_errored or not resume_unfinished:
-            raise NotImplementedError("Tuner.restore: raylite.tune keeps errored trials as they are and always "
-                                      "continues unfinished ones (resume_unfinished=True, resume_errored=False, "
-                                      "restart_errored=False)")
+        finished trials are kept, unfinished ones restart from their latest checkpoint, and the rest
+        of `num_samples` is run (`tune.run(..., resume=True)`). Errored trials are kept as they are,
+        or run again from their latest checkpoint (`resume_errored=True`) or from scratch
+        (`restart_errored=True`). `param_space` may be given again (e.g. for fresh object refs),
+        not changed. Skipping unfinished trials (`resume_unfinished=False`) is not supported."""
+        if not resume_unfinished:
+            raise NotImplementedError("Tuner.restore(resume_unfinished=False): raylite.tune always continues "
+                                      "unfinished trials")
+        if resume_errored and restart_errored:
+            raise ValueError("Tuner.restore: resume_errored=True and restart_errored=True exclude each other")
         path = os.path.abspath(os.path.expanduser(os.fspath(path)))
         if not cls.can_restore(path):
             raise FileNotFoundError(f"no Tuner experiment at {path} ({TUNER_FILE} is missing)")
         with open(os.path.join(path, TUNER_FILE), "rb") as f:
             state = pickle.load(f)
-        name = getattr(trainable, "__name__", "trainable")
+        name = _name_of(trainable)
         if name != state["trainable_name"]:
             raise ValueError(f"Tuner.restore: the experiment at {path} ran trainable {state['trainable_name']!r}, "
                              f"got {name!r}; pass the same trainable")
         run_config = replace(state["run_config"], name=os.path.basename(path), storage_path=os.path.dirname(path))
         tuner = cls(trainable, param_space=state["param_space"] if param_space is None else param_space,
                     tune_config=state["tune_config"], run_config=run_config)
-        tuner._resume = True
+        tuner._resume = "AUTO+RESTART_ERRORED" if restart_errored else "AUTO+ERRORED" if resume_errored else True
         return tuner

@@ -6,8 +6,15 @@ that trial with `study.enqueue_trial`, so they are recorded as Optuna params too
 
 - `BasicVariantGenerator` (the default): Optuna's RandomSampler plus grids, like Ray's default.
 - `OptunaSearch(sampler=None, seed=None)`: TPE by default, or any Optuna sampler.
+- `ConcurrencyLimiter(searcher, max_concurrent)`: the searcher, with at most that many trials
+  running at once (`tune.run`/`Tuner` take it as their `max_concurrent_trials` bound).
+
+A package so that Ray's import paths work: `ray.tune.search.optuna.OptunaSearch`,
+`ray.tune.search.basic_variant.BasicVariantGenerator`, `ray.tune.search.ConcurrencyLimiter`.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 from optuna import distributions as od
 from optuna import samplers
@@ -109,18 +116,27 @@ class OptunaSearch(Searcher):
     """Optuna's ask/tell with TPE by default (`seed` seeds it), or any Optuna `sampler`.
 
     `space` may be a dict of Optuna distributions (`{"lr": optuna.distributions.FloatDistribution(...)}`)
-    instead of tune domains in `config`; `points_to_evaluate` lists configs to try first.
+    instead of tune domains in `config`, or Ray's define-by-run function: `space(trial)` calls
+    `trial.suggest_*` (names with "/" nest, "model/h1") and may return a dict of constants to add.
+    `points_to_evaluate` lists configs to try first.
     """
 
     allows_grid = False
     needs_metric = True
 
-    def __init__(self, space: dict | None = None, metric: str | None = None, mode: str | None = None,
+    def __init__(self, space: dict | Callable | None = None, metric: str | None = None, mode: str | None = None,
                  points_to_evaluate=None, sampler: samplers.BaseSampler | None = None, seed: int | None = None):
+        if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
+            raise NotImplementedError(f"OptunaSearch(metric={metric!r}, mode={mode!r}): multi-objective search is "
+                                      f"not supported by raylite.tune; pass one metric and one mode")
         super().__init__(metric, mode, points_to_evaluate)
         if sampler is not None and not isinstance(sampler, samplers.BaseSampler):
             raise TypeError(f"sampler must be an Optuna sampler, got {type(sampler).__name__}")
-        self.optuna_space = space
+        if space is not None and not isinstance(space, dict) and not callable(space):
+            raise TypeError(f"OptunaSearch(space=...) must be a dict of Optuna distributions or a define-by-run "
+                            f"function of an Optuna trial, got {type(space).__name__}")
+        self.define_by_run = space if callable(space) and not isinstance(space, dict) else None
+        self.optuna_space = None if self.define_by_run else space
         self.user_sampler, self.seed = sampler, seed
 
     def make_sampler(self):
@@ -134,10 +150,69 @@ class OptunaSearch(Searcher):
                     raise TypeError(f"OptunaSearch(space=...) values must be Optuna distributions; "
                                     f"{name!r} is {type(dist).__name__}")
                 config[name] = _OptunaDomain(dist)
-        return super().set_search_space(config)
+        space = super().set_search_space(config)
+        if self.define_by_run is not None and space.domains:
+            names = ", ".join(path_name(p) for p, _ in space.domains)
+            raise ValueError(f"OptunaSearch(space=<define-by-run function>) samples every parameter itself, but "
+                             f"the config also has search spaces ({names}); keep those in the function")
+        return space
+
+    def suggest(self, study, index: int):
+        if self.define_by_run is None:
+            return super().suggest(study, index)
+        from raylite.tune.storage import flatten
+        if index < len(self.points_to_evaluate):
+            study.enqueue_trial(flatten(self.points_to_evaluate[index]))
+        trial = study.ask()
+        extra = self.define_by_run(trial)
+        if extra is not None and not isinstance(extra, dict):
+            raise TypeError(f"the define-by-run function given as OptunaSearch(space=...) must return None or a "
+                            f"dict of constants, got {type(extra).__name__}")
+        config = self.space.resolve({}, {})
+        for name, value in trial.params.items():
+            node = config
+            *parents, leaf = name.split("/")
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[leaf] = value
+        config.update(extra or {})
+        return config, trial
 
     def describe(self) -> str:
         return f"OptunaSearch ({type(self.sampler).__name__})"
+
+
+class ConcurrencyLimiter(Searcher):
+    """Ray's `ConcurrencyLimiter(searcher, max_concurrent)`: at most `max_concurrent` trials of the
+    wrapped searcher run at once. `tune.run` and `Tuner` unwrap it into their
+    `max_concurrent_trials` bound (the smaller one wins), so trials are held back, not skipped."""
+
+    def __init__(self, searcher: Searcher, max_concurrent: int, batch: bool = False):
+        if not isinstance(searcher, Searcher):
+            raise TypeError(f"ConcurrencyLimiter(searcher=...) must be a tune searcher (OptunaSearch, "
+                            f"BasicVariantGenerator), got {type(searcher).__name__}")
+        if not isinstance(max_concurrent, int) or isinstance(max_concurrent, bool) or max_concurrent < 1:
+            raise ValueError(f"ConcurrencyLimiter(max_concurrent=...) must be an integer >= 1, got {max_concurrent!r}")
+        if batch:
+            raise NotImplementedError("ConcurrencyLimiter(batch=True) (wait for a whole batch before suggesting "
+                                      "more) is not supported by raylite.tune; use batch=False")
+        self.searcher, self.max_concurrent, self.batch = searcher, max_concurrent, batch
+
+    @property
+    def metric(self):
+        return self.searcher.metric
+
+    @property
+    def mode(self):
+        return self.searcher.mode
+
+
+def unwrap_limiter(search_alg, max_concurrent_trials: int | None) -> tuple:
+    """(searcher, max_concurrent_trials) with a ConcurrencyLimiter folded into the bound."""
+    if not isinstance(search_alg, ConcurrencyLimiter):
+        return search_alg, max_concurrent_trials
+    bounds = [b for b in (max_concurrent_trials, search_alg.max_concurrent) if b]
+    return search_alg.searcher, min(bounds)
 
 
 class _OptunaDomain(Domain):
