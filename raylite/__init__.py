@@ -16,9 +16,10 @@ __all__ = ["ActorClass", "ActorHandle", "DynamicObjectRefGenerator", "ObjectRef"
 
 
 def __getattr__(name: str):
-    """``ray.util`` (``ray.util.ActorPool``, ...), ``ray.actor``, ``ray.timeline`` and
-    ``ray.LoggingConfig`` without importing them at ``import raylite``."""
-    if name in ("util", "actor"):
+    """``ray.util`` (``ray.util.ActorPool``, ...), ``ray.actor``, ``ray.runtime_env``,
+    ``ray.cloudpickle``, ``ray.timeline`` and ``ray.LoggingConfig`` without importing them at
+    ``import raylite``."""
+    if name in ("util", "actor", "runtime_env", "cloudpickle"):
         import importlib
         return importlib.import_module(f"raylite.{name}")
     if name == "timeline":   # a reader, like the state API: imported when first used

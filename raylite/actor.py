@@ -1,8 +1,12 @@
-"""`ray.actor.exit_actor()`: an actor ends itself from inside one of its methods."""
+"""`ray.actor`: `exit_actor()`, with which an actor ends itself from inside one of its methods, and
+the actor types (`ActorClass`, `ActorHandle`, `ActorMethod`) that Ray code names in annotations."""
 from __future__ import annotations
 
 from raylite.core import context
 from raylite.core.objects import process
+from raylite.core.remote import ActorClass, ActorHandle, ActorMethod
+
+__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor"]
 
 
 def exit_actor() -> None:

@@ -1,4 +1,11 @@
-"""Exceptions with Ray's names, so `except ray.exceptions.X` code ports unchanged."""
+"""Exceptions with Ray's names and class hierarchy, so `except ray.exceptions.X` and `isinstance`
+code written for Ray ports unchanged.
+
+The classes take a message, RayTaskError aside (Ray builds some from ids and protobufs); on the
+Ray backend, Ray's errors are re-raised as the class here of the same name. Classes for failures
+raylite's local runtime cannot have (a raylet, a GCS, another language) exist for code that names
+them.
+"""
 from __future__ import annotations
 
 
@@ -100,12 +107,28 @@ class TaskCancelledError(RayError):
     """The task was cancelled with `cancel()` before it finished."""
 
 
-class InfeasibleTaskError(RayError):
-    """The task or actor asks for more than this node has, so it can never be scheduled."""
-
-
 class ObjectLostError(RayError):
     """The object's value is gone (freed or its producer failed irrecoverably)."""
+
+
+class ObjectFetchTimedOutError(ObjectLostError):
+    """No copy of the object could be fetched in time (Ray backend)."""
+
+
+class ObjectFreedError(ObjectLostError):
+    """The object was freed explicitly while a reference to it was still in use."""
+
+
+class OwnerDiedError(ObjectLostError):
+    """The process that created the object (its owner) died while the object was still referenced."""
+
+
+class ObjectReconstructionFailedError(ObjectLostError):
+    """The lost object could not be recomputed from the task that made it."""
+
+
+class ReferenceCountingAssertionError(ObjectLostError, AssertionError):
+    """The object was deleted while a reference to it remained: a reference-counting bug."""
 
 
 class NodeDiedError(RayError):
@@ -122,3 +145,91 @@ class OutOfMemoryError(RayError):
 
 class PendingCallsLimitExceeded(RayError):
     """An actor call was refused: its handle already has max_pending_calls calls unfinished."""
+
+
+class UserCodeException(RayError):
+    """Wraps an exception raised by user code (Ray libraries use it; retries still see the cause)."""
+
+
+class CrossLanguageError(RayError):
+    """An error raised by a task or actor written in another language (Ray backend)."""
+
+
+class LocalRayletDiedError(RayError):
+    """The local node manager (Ray's raylet) died."""
+
+
+class AuthenticationError(RayError):
+    """Connecting to a Ray cluster failed its token authentication (Ray backend)."""
+
+
+class ObjectStoreFullError(RayError):
+    """The object store has no room for the object, even after evicting what it could."""
+
+
+class OutOfDiskError(RayError):
+    """The object store is full and the disk it spills to is too."""
+
+
+class AsyncioActorExit(RayError):
+    """An asyncio actor ended itself with `ray.actor.exit_actor()`."""
+
+
+class RuntimeEnvSetupError(RayError):
+    """A task's, actor's or job's runtime_env could not be set up."""
+
+
+class TaskPlacementGroupRemoved(RayError):
+    """The placement group the task was scheduled into was removed."""
+
+
+class ActorPlacementGroupRemoved(RayError):
+    """The placement group the actor was scheduled into was removed."""
+
+
+class TaskUnschedulableError(RayError):
+    """The task can never be scheduled (e.g. it asks for more than any node has)."""
+
+
+class ActorUnschedulableError(RayError):
+    """The actor can never be scheduled (e.g. it asks for more than any node has)."""
+
+
+# Ray fails a task no node can ever fit with TaskUnschedulableError (with its infeasible-task early
+# exit on; otherwise the task waits for the autoscaler), so `except TaskUnschedulableError` must
+# catch raylite's error for it. Not ActorUnschedulableError too: raylite raises this class only for
+# tasks (an infeasible actor's calls fail with ActorDiedError).
+class InfeasibleTaskError(TaskUnschedulableError):
+    """The task or actor asks for more than this node has, so it can never be scheduled."""
+
+
+class StreamingGeneratorReplayInconsistentError(RaySystemError):
+    """A retried streaming generator yielded a different number of items than its first run."""
+
+
+class RayChannelError(RaySystemError):
+    """A compiled graph's channel failed (Ray backend)."""
+
+
+class RayChannelTimeoutError(RayChannelError, TimeoutError):
+    """A compiled graph's channel operation timed out (Ray backend)."""
+
+
+class RayCgraphCapacityExceeded(RaySystemError):
+    """A compiled graph's channel buffer is full (Ray backend)."""
+
+
+class RayDirectTransportError(RaySystemError):
+    """A direct (out-of-object-store) tensor transfer failed (Ray backend)."""
+
+
+class UnserializableException(RayError):
+    """A remote exception could not be unpickled; the message holds its text and traceback."""
+
+
+class ActorAlreadyExistsError(ValueError, RayError):
+    """A named actor with that name already exists in the namespace (a ValueError, as in Ray)."""
+
+
+class ActorHandleNotFoundError(ValueError, RayError):
+    """The actor handle belongs to an earlier session (a ValueError, as in Ray)."""

@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import os
+import warnings
 from contextvars import ContextVar
 
 from raylite.core import ray_backend
 from raylite.core.objects import process
 from raylite.core.resources import ACCELERATOR_RESOURCES
+
+TYPE_CHECKING = False   # typing's flag (type checkers read it as True) without importing typing here
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+    from raylite.core.placement_groups import PlacementGroupID
+    from raylite.runtime_env import RuntimeEnv
 
 
 class _Process:
@@ -62,6 +70,18 @@ def current_placement() -> tuple | None:
     return _now().placement
 
 
+class _ID(str):
+    """An id from Ray's deprecated id properties: the hex string raylite's getters return, also
+    answering ``.hex()`` as Ray's ID objects do, so code written either way works."""
+
+    def hex(self) -> str:
+        return str(self)
+
+
+def _deprecated(use: str) -> None:
+    warnings.warn(f"Use {use} instead", DeprecationWarning, stacklevel=3)
+
+
 class RuntimeContext:
     """Ray's RuntimeContext accessors for the calling process."""
 
@@ -85,12 +105,104 @@ class RuntimeContext:
     def get_task_name(self) -> str | None:
         return _now().name or None
 
+    def get_task_function_name(self) -> str | None:
+        """The running task's name: raylite's call context records the task's name, not its function,
+        so this is ``f`` or ``Class.method`` (Ray: ``module.f``), or the name given with
+        ``.options(name=...)``; None in the driver."""
+        return self.get_task_name()
+
+    @property
+    def job_id(self) -> _ID:
+        _deprecated("get_job_id()")
+        return _ID(self.get_job_id())
+
+    @property
+    def node_id(self) -> _ID:
+        _deprecated("get_node_id()")
+        return _ID(self.get_node_id())
+
+    @property
+    def task_id(self) -> _ID | None:
+        """None outside a task (Ray asserts there)."""
+        _deprecated("get_task_id()")
+        task_id = self.get_task_id()
+        return None if task_id is None else _ID(task_id)
+
+    @property
+    def actor_id(self) -> _ID | None:
+        """None outside an actor (Ray asserts in the driver)."""
+        _deprecated("get_actor_id()")
+        actor_id = self.get_actor_id()
+        return None if actor_id is None else _ID(actor_id)
+
+    def get_session_name(self) -> str:
+        """``session_<id>``, the name of the running session's log directory under get_temp_dir()."""
+        if process.client is None:
+            raise RuntimeError("Session name is not available because raylite has not been initialized.")
+        from raylite.core.segments import SEGMENT_PREFIX
+        return f"session_{process.client.shm_prefix[len(SEGMENT_PREFIX):-1]}"
+
+    def get_temp_dir(self) -> str:
+        """raylite's directory under the system temp directory (created if missing, so callers can
+        write there as under Ray's /tmp/ray); ``init(_temp_dir=...)`` is not reflected here."""
+        import tempfile
+        path = os.path.join(tempfile.gettempdir(), "raylite")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def get_node_labels(self) -> dict[str, str]:
+        """The node's labels, as the state API's ``list_nodes`` reports them."""
+        return {"ray.io/node-id": self.get_node_id()}
+
     def get_assigned_resources(self) -> dict[str, float]:
         return dict(_now().assigned)
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         ids = _now().accelerator_ids   # only the resources this task holds travel with it
         return {r: list(ids.get(r, ())) for r in ACCELERATOR_RESOURCES}
+
+    def get_resource_ids(self) -> dict[str, list[str]]:
+        _deprecated("get_accelerator_ids()")
+        return self.get_accelerator_ids()
+
+    def get_placement_group_id(self) -> str | None:
+        """The hex id of the placement group the running task or actor is in, else None."""
+        placement = current_placement()
+        return None if placement is None else f"{placement[0]:028x}"
+
+    @property
+    def current_placement_group_id(self) -> PlacementGroupID | None:
+        """The running task's PlacementGroupID, or None outside a group (Ray: a nil id)."""
+        _deprecated("get_placement_group_id()")
+        placement = current_placement()
+        if placement is None:
+            return None
+        from raylite.core.placement_groups import PlacementGroupID
+        return PlacementGroupID(placement[0])
+
+    @property
+    def should_capture_child_tasks_in_placement_group(self) -> bool:
+        """Whether tasks and actors submitted from here default to the current placement group."""
+        placement = current_placement()
+        return placement is not None and bool(placement[2])
+
+    @property
+    def runtime_env(self) -> RuntimeEnv:
+        """The runtime_env this process runs with, as a RuntimeEnv: the fields raylite applies
+        (env_vars, working_dir, py_modules), after inheritance from the job's."""
+        from raylite.runtime_env import RuntimeEnv
+        return RuntimeEnv(**_runtime_env_fields())
+
+    def get_runtime_env_string(self) -> str:
+        """``runtime_env`` as JSON, as Ray gives it."""
+        return self.runtime_env.serialize()
+
+    @property
+    def gcs_address(self) -> NoReturn:
+        """raylite's local runtime has no GCS for other processes to connect to, so this raises
+        AttributeError: ``getattr(ctx, "gcs_address", None)`` gives None, and direct use says why."""
+        raise AttributeError("gcs_address: raylite's local runtime has no GCS (Ray's cluster metadata "
+                             "service); connect to a Ray cluster (init(address=...)) to use one")
 
     def get_actor_name(self) -> str | None:
         """The running actor's name ("" if it has none); None outside an actor."""
@@ -123,6 +235,20 @@ class RuntimeContext:
     @property
     def was_current_actor_reconstructed(self) -> bool:
         return _process.restarted
+
+
+def _runtime_env_fields() -> dict:
+    """This process's normalized runtime_env (raylite.core.runtime_env) as Ray's dict shape."""
+    if process.index == 0 and process.client is not None:
+        env = process.client.node.job_env   # the driver: what init(runtime_env=...) set
+    else:
+        env = process.runtime_env
+    fields = dict(env or ())
+    if "env_vars" in fields:
+        fields["env_vars"] = dict(fields["env_vars"])
+    if "py_modules" in fields:
+        fields["py_modules"] = list(fields["py_modules"])
+    return fields
 
 
 def get_runtime_context() -> RuntimeContext:
