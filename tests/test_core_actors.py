@@ -229,7 +229,7 @@ def test_actor_names_are_unique_per_namespace(ray_init):
     ray_init(num_cpus=2, namespace="team-a")
     Counter = _counter_class()
     a = Counter.options(name="counter").remote(1)
-    with pytest.raises(ValueError, match="'counter' is already taken in namespace 'team-a'"):
+    with pytest.raises(ray.exceptions.ActorAlreadyExistsError, match="'counter' is already taken in namespace 'team-a'"):
         Counter.options(name="counter").remote()   # at once, as in Ray, not at the first call
     # get_if_exists hands back the live actor instead of raising
     same = Counter.options(name="counter", get_if_exists=True).remote(99)

@@ -304,3 +304,32 @@ def test_concurrency_groups_run_side_by_side_each_within_its_limit(ray_start, ki
     assert max(ray.get(refs, timeout=30)) == 2
     with pytest.raises(ValueError, match="concurrency group 'nope'"):
         ray.get(actor.release.options(concurrency_group="nope").remote(), timeout=30)
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_is_canceled_lets_a_running_sync_call_stop_gracefully(ray_start, concurrency):
+    @ray.remote(max_concurrency=concurrency)
+    class Worker:
+        def __init__(self):
+            self.saw_cancel = False
+
+        def loop(self):
+            for _ in range(1000):
+                if ray.get_runtime_context().is_canceled():
+                    self.saw_cancel = True
+                    return "stopped"
+                time.sleep(0.01)
+            return "ran to the end"
+
+        def saw(self):
+            return self.saw_cancel, ray.get_runtime_context().is_canceled()
+
+    w = Worker.remote()
+    ref = w.loop.remote()
+    time.sleep(0.5)
+    ray.cancel(ref)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(ref, timeout=10)
+    assert ray.get(w.saw.remote()) == (True, False)   # the flag is the cancelled call's only
+    with pytest.raises(RuntimeError, match="only available inside a task or actor"):
+        ray.get_runtime_context().is_canceled()

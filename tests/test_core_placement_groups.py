@@ -127,7 +127,7 @@ def test_removing_a_group_fails_its_queued_and_running_tasks(ray_init, tmp_path)
     assert not ready
     remove_placement_group(pg)
     for ref in (running, queued):
-        with pytest.raises(ray.exceptions.RayError, match="placement group was removed"):
+        with pytest.raises(ray.exceptions.TaskPlacementGroupRemoved, match="placement group was removed"):
             ray.get(ref, timeout=10)
     with pytest.raises(ray.exceptions.InfeasibleTaskError, match="removed"):
         ray.get(quick.options(scheduling_strategy=in_bundle(pg)).remote())

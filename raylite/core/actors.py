@@ -132,8 +132,9 @@ class ActorLifecycle:
         if holder is not None and holder.state != "DEAD":
             if get_if_exists:
                 return self.get_actor(name, key[0])
-            raise ValueError(f"The actor name {name!r} is already taken in namespace {key[0]!r}: pick another "
-                             f"name, or get the existing actor with ray.get_actor({name!r}, namespace={key[0]!r})")
+            raise exceptions.ActorAlreadyExistsError(
+                f"The actor name {name!r} is already taken in namespace {key[0]!r}: pick another "
+                f"name, or get the existing actor with ray.get_actor({name!r}, namespace={key[0]!r})")
         self.named[key] = spec.actor_id
         self.submit(spec, fn_bytes)
         return None

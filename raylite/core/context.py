@@ -41,6 +41,7 @@ class _Call:
 
 
 _process = _Process()
+_cancelled: set[int] = set()   # calls ray.cancel() reached while they run here (is_canceled())
 _call: ContextVar[_Call] = ContextVar("raylite_call")
 _last = _Call()   # for threads the user starts inside a task, which begin with an empty context
 
@@ -63,6 +64,19 @@ def set_current(*, task_id, actor_id, name, assigned, accelerator_ids, placement
 
 def _now() -> _Call:
     return _call.get(_last)
+
+
+def mark_cancelled(task_id: int | None) -> None:
+    if task_id is not None:
+        _cancelled.add(task_id)
+
+
+def forget_cancelled(task_id: int) -> None:
+    _cancelled.discard(task_id)
+
+
+def running_task_id() -> int | None:
+    return _now().task_id
 
 
 def current_placement() -> tuple | None:
@@ -203,6 +217,13 @@ class RuntimeContext:
         AttributeError: ``getattr(ctx, "gcs_address", None)`` gives None, and direct use says why."""
         raise AttributeError("gcs_address: raylite's local runtime has no GCS (Ray's cluster metadata "
                              "service); connect to a Ray cluster (init(address=...)) to use one")
+
+    def is_canceled(self) -> bool:
+        """Whether ray.cancel() was called on the running actor call (for a graceful stop: a call
+        on a plain or threaded actor is not interrupted). An async call gets CancelledError instead."""
+        if _process.worker_id == 0:
+            raise RuntimeError("is_canceled() is only available inside a task or actor call")
+        return _now().task_id in _cancelled
 
     def get_actor_name(self) -> str | None:
         """The running actor's name ("" if it has none); None outside an actor."""

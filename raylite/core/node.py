@@ -340,7 +340,8 @@ class Node(ActorLifecycle, WorkerOutput):
         return None
 
     def _group_gone(self, spec: TaskSpec) -> None:
-        error = error_value(exceptions.RayError(f"cannot run {spec.name}: its placement group was removed"))
+        error = error_value(exceptions.TaskPlacementGroupRemoved(
+            f"cannot run {spec.name}: its placement group was removed"))
         if spec.kind == "actor_create":
             actor = self.actors[spec.actor_id]
             actor.restarts_left, actor.error = 0, "its placement group was removed"
@@ -500,6 +501,8 @@ class Node(ActorLifecycle, WorkerOutput):
                 self._finish(spec, error)
             elif actor is not None and actor.worker is not None and spec.task_id in actor.inflight:
                 self._send(actor.worker, ("cancel_call", spec.task_id))   # async actors stop it
+                if next(iter(actor.inflight)) == spec.task_id:   # a one-at-a-time actor runs it now:
+                    self._signal(actor.worker, signal.SIGUSR1)   # its is_canceled() turns true
             return
         w = next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
         if w is None:   # still waiting for its arguments

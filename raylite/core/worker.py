@@ -240,7 +240,9 @@ class _Executor:
         return [serialization.dumps(self.cancel_error(spec), None, is_error=True)] * max(1, len(spec.return_ids))
 
     def cancel_call(self, task_id: int) -> None:
-        """The driver cancelled a call this actor already has (one at a time: it ran already)."""
+        """The driver cancelled a call this actor already has: is_canceled() says so; an async
+        call is also stopped (a one-at-a-time call is flagged by SIGUSR1 instead, see run())."""
+        context.mark_cancelled(task_id)
         if self.calls is not None:
             self.calls.cancel(task_id)
 
@@ -272,6 +274,7 @@ class _Executor:
 
     def finish(self, spec: TaskSpec, results: list, retry: bool = False) -> None:
         """Send the results; `retry`: the task raised an exception it may be retried for."""
+        context.forget_cancelled(spec.task_id)
         sys.stdout.flush()
         sys.stderr.flush()
         self.client.send(("done", spec.task_id, results, True) if retry else ("done", spec.task_id, results))
@@ -466,7 +469,12 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
         if executor.running and executor.calls is None:
             raise KeyboardInterrupt
 
+    def flag_cancelled(signum, frame):   # ray.cancel() of the call a one-at-a-time actor runs now
+        if executor.running and executor.calls is None:
+            context.mark_cancelled(context.running_task_id())
+
     _signal.signal(_signal.SIGINT, interrupt)   # the C function: no enum conversions to copy pages
+    _signal.signal(_signal.SIGUSR1, flag_cancelled)
     chan.send(("hello", os.getpid()))
     unmapped: set[str] = set()
     while True:
