@@ -177,4 +177,5 @@ def _exists(pid: int) -> bool:
 
 
 if __name__ == "__main__":
-    _serve(socket.socket(fileno=int(sys.argv[1])), sys.argv[2])
+    with socket.socket(fileno=int(sys.argv[1])) as _driver:
+        _serve(_driver, sys.argv[2])
