@@ -59,6 +59,22 @@ def test_asha_stops_bad_trials_early(ray2, tmp_path):
     assert {study_states[t.trial_id] for t in stopped} == {"PRUNED"}
 
 
+def test_asha_hands_optuna_only_the_rung_steps():
+    """Optuna's per-report cost grows with the values a trial holds; successive halving decides only
+    at the first report at or past each rung, so a trial reporting every step feeds it only those."""
+    import types
+
+    sched = tune.ASHAScheduler(metric="loss", mode="min", max_t=10_000, grace_period=2, reduction_factor=4)
+    study = optuna.create_study(pruner=sched.make_pruner())
+    trial = types.SimpleNamespace(optuna={}, optuna_trial=study.ask())
+    for step in range(1, 300):
+        assert sched.on_result(trial, {"training_iteration": step, "loss": 1.0 / step}) == "CONTINUE"
+    assert sorted(int(s) for s in trial.optuna["intermediate"]) == [2, 8, 32, 128]
+    assert sorted(trial.optuna_trial.storage.get_trial(trial.optuna_trial._trial_id).intermediate_values) == \
+        [2, 8, 32, 128]
+    assert trial.optuna["next_rung"] == 512
+
+
 def test_median_stopping_rule(ray2, tmp_path):
     qs = [0.0, 0.1, 1.0, 2.0, 0.02]
     # Two good trials complete first (max_concurrent_trials=2), then the median rule has its samples.

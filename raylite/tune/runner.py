@@ -215,7 +215,8 @@ class TrialRunner:
                     shutil.rmtree(os.path.join(t.path, name), ignore_errors=True)
             rewrite_results(t.path, [])
             t.rewind([])
-            t.optuna.pop("intermediate", None)
+            for key in ("intermediate", "last_step", "next_rung"):   # the pruner sees it from step one again
+                t.optuna.pop(key, None)
 
     def _restore_unfinished(self, t: Trial) -> None:
         ot = self.searcher.restore(self.study, t.optuna.get("params", {}), t.optuna.get("distributions", {}))

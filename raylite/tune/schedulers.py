@@ -65,7 +65,7 @@ class OptunaPruner(TrialScheduler):
         if ot is not None and _finite(step) and _finite(value):
             s = int(step)
             last = trial.optuna.setdefault("last_step", -1)
-            if s > last:   # Optuna keeps the first value of a step; later ones in it are skipped
+            if s > last and self.decides_at(trial, s):   # Optuna keeps the first value of a step
                 trial.optuna["last_step"] = s
                 ot.report(float(value), s)
                 trial.optuna.setdefault("intermediate", {})[str(s)] = float(value)
@@ -75,6 +75,10 @@ class OptunaPruner(TrialScheduler):
         if self.max_t is not None and _finite(step) and step >= self.max_t:
             return STOP
         return CONTINUE
+
+    def decides_at(self, trial, step: int) -> bool:
+        """Whether the pruner may decide at this step (it then gets the report); every step here."""
+        return True
 
     def describe(self) -> str:
         return f"{type(self).__name__} ({type(self.pruner).__name__}): {self.num_pruned} stopped early"
@@ -102,6 +106,19 @@ class ASHAScheduler(OptunaPruner):
                                                          min_early_stopping_rate=0),
                          time_attr, metric, mode, max_t if stop_last_trials else None)
         self.grace_period, self.reduction_factor = grace_period, reduction_factor
+
+    def decides_at(self, trial, step: int) -> bool:
+        """Successive halving judges a trial only at the first report at or past each rung
+        (grace_period * reduction_factor**k); the steps between never change its decision. So only
+        those go to Optuna, whose per-report cost grows with the values it holds: a trial reporting
+        every step for days costs the driver the same per report as in its first minute."""
+        rung = trial.optuna.get("next_rung", self.grace_period)
+        if step < rung:
+            return False
+        while rung <= step:
+            rung *= self.reduction_factor
+        trial.optuna["next_rung"] = rung
+        return True
 
     def describe(self) -> str:
         return f"ASHA (Optuna SuccessiveHalvingPruner, max_t={self.max_t}): {self.num_pruned} stopped early"
