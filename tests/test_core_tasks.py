@@ -720,3 +720,23 @@ def test_workers_limit_math_threads_to_their_cpus(ray_init):
     # as Ray: the variable follows the CPUs held (at least 1), so two workers don't fight over cores
     assert ray.get([one.remote(), two.remote(), one.remote()]) == ["1", "2", "1"]
     assert ray.get(Holder.remote().threads.remote()) == "1"
+
+
+def test_tqdm_ray_prints_status_lines_from_tasks(ray_start, read_output):
+    from raylite.experimental.tqdm_ray import tqdm
+    tag = uuid.uuid4().hex
+
+    @ray.remote
+    def work(tag):
+        for _ in tqdm(range(6), desc=tag, flush_interval_s=0):
+            pass
+        bar = tqdm(total=4, desc=f"manual-{tag}", unit="batch", flush_interval_s=3600)
+        bar.update(3)   # within the interval: nothing printed until close
+        bar.close()
+        return os.getpid()
+
+    pid = ray.get(work.remote(tag))
+    _, err = read_output(lambda o, e: f"manual-{tag}" in e)
+    lines = [line for line in err.splitlines() if tag in line]
+    assert lines[0].startswith(f"(work pid={pid}) {tag}:  17% 1/6 it") and f"{tag}: 100% 6/6 it" in lines[5]
+    assert lines[-1].startswith(f"(work pid={pid}) manual-{tag}:  75% 3/4 batch") and len(lines) == 7

@@ -256,7 +256,8 @@ class _Executor:
     def failure(self, spec: TaskSpec, e: BaseException) -> list:
         if isinstance(e, ActorExit):   # from any thread or the event loop: the driver fails the calls
             self._exit(0, str(e))
-        if isinstance(e, SystemExit):   # sys.exit() in user code ends this process, as in Ray
+        if type(e) is SystemExit:   # sys.exit() in user code ends this process, as in Ray (subclasses,
+            # such as Lightning's SIGTERMException, travel back to the caller like any other error)
             code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
             if not isinstance(e.code, (int, type(None))):
                 print(e.code, file=sys.stderr)
