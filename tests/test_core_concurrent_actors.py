@@ -333,3 +333,28 @@ def test_is_canceled_lets_a_running_sync_call_stop_gracefully(ray_start, concurr
     assert ray.get(w.saw.remote()) == (True, False)   # the flag is the cancelled call's only
     with pytest.raises(RuntimeError, match="only available inside a task or actor"):
         ray.get_runtime_context().is_canceled()
+
+
+def test_async_constructor_is_awaited_on_the_actors_loop(ray_start):
+    @ray.remote
+    class Connection:
+        async def __init__(self, name):
+            await asyncio.sleep(0.01)
+            self.name, self.loop = name, asyncio.get_running_loop()
+
+        async def same_loop(self):
+            return self.name, asyncio.get_running_loop() is self.loop
+
+    assert ray.get(Connection.remote("db").same_loop.remote()) == ("db", True)
+
+    @ray.remote
+    class Refused:
+        async def __init__(self):
+            await asyncio.sleep(0)
+            raise ConnectionError("no route")
+
+        async def ping(self):
+            return "pong"
+
+    with pytest.raises(ray.exceptions.RayActorError, match="no route"):
+        ray.get(Refused.remote().ping.remote(), timeout=10)

@@ -75,6 +75,10 @@ class AsyncRunner:
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="raylite-actor-loop", daemon=True).start()
 
+    def run_until_done(self, coroutine):
+        """Run a coroutine on the actor's loop and wait for it (an ``async def __init__``)."""
+        return self.asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
     def submit(self, spec, deps: dict, assigned: dict, accel: dict) -> None:
         known, group = _group(self.executor, spec, self.limits)
         if not known:

@@ -199,7 +199,8 @@ class _Executor:
         if spec.kind == "actor_create" and self.actor is not None:
             if type(self.actor).__repr__ is not object.__repr__:   # Ray prefixes its output with it
                 self.client.send(("actor_repr", _safe_repr(self.actor)))
-            self.calls = concurrency.runner_for(self, spec.max_concurrency, spec.concurrency_groups or {})
+            if self.calls is None:   # (an async constructor made it already)
+                self.calls = concurrency.runner_for(self, spec.max_concurrency, spec.concurrency_groups or {})
             if self.calls is not None:
                 self.client.replies = {}
 
@@ -335,9 +336,16 @@ class _Executor:
         if spec.kind == "task":
             result = self.functions[spec.fn_id](*args, **kwargs)
         elif spec.kind == "actor_create":
+            cls = self.functions[spec.fn_id]
             try:
-                self.actor = self.functions[spec.fn_id](*args, **kwargs)
+                if _is_coroutine_function(getattr(cls, "__init__", None)):   # Ray awaits an async
+                    self.actor = cls.__new__(cls)                           # constructor, on the actor's loop
+                    self.calls = concurrency.runner_for(self, spec.max_concurrency, spec.concurrency_groups or {})
+                    self.calls.run_until_done(cls.__init__(self.actor, *args, **kwargs))
+                else:
+                    self.actor = cls(*args, **kwargs)
             except Exception as e:
+                self.actor = None
                 self.init_error = f"{type(e).__name__}: {e}"   # for the calls already sent here
                 raise
             return None
@@ -378,6 +386,11 @@ class _Executor:
             raise ValueError(f"{spec.name} declared num_returns={n} but its generator yielded "
                              f"{'more' if len(out) > n else len(out)} values")
         return out
+
+
+def _is_coroutine_function(fn) -> bool:
+    code = getattr(fn, "__code__", None)
+    return code is not None and bool(code.co_flags & 0x80)   # CO_COROUTINE (inspect costs an import)
 
 
 def _safe_repr(obj, limit: int = 200) -> str:
