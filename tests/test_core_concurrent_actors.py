@@ -358,3 +358,32 @@ def test_async_constructor_is_awaited_on_the_actors_loop(ray_start):
 
     with pytest.raises(ray.exceptions.RayActorError, match="no route"):
         ray.get(Refused.remote().ping.remote(), timeout=10)
+
+
+@pytest.mark.parametrize("kind", ["async", "threaded", "plain"])
+def test_calls_waiting_for_arguments_let_later_calls_overtake_on_concurrent_actors(ray_start, kind):
+    """Ray promises submission order only for one-at-a-time actors (task-orders.rst)."""
+    @ray.remote
+    def later(value):
+        time.sleep(0.5)
+        return value
+
+    class Log:
+        def __init__(self):
+            self.seen = []
+
+        def add(self, value):
+            self.seen.append(value)
+            return list(self.seen)
+
+    class AsyncLog(Log):
+        async def add(self, value):
+            self.seen.append(value)
+            return list(self.seen)
+
+    cls = {"async": ray.remote(AsyncLog), "threaded": ray.remote(max_concurrency=2)(Log),
+           "plain": ray.remote(Log)}[kind]
+    log = cls.remote()
+    first, second = log.add.remote(later.remote("slow")), log.add.remote("ready")
+    assert ray.get(first, timeout=10) == (["ready", "slow"] if kind != "plain" else ["slow"])
+    assert ray.get(second, timeout=10) == (["ready"] if kind != "plain" else ["slow", "ready"])

@@ -16,23 +16,31 @@ class ActorLifecycle:
 
     def _pump_actor(self, actor: Actor) -> None:
         w = actor.worker
+        # threaded and async actors promise no order (as in Ray): a call still waiting for its
+        # arguments lets later calls go ahead; a one-at-a-time actor keeps submission order
+        overtake = actor.spec.max_concurrency > 1 or bool(actor.spec.concurrency_groups)
+        held = []
         while actor.queue and w is not None and actor.state == "ALIVE":
             spec = actor.queue[0]
             if self.table.missing(spec.deps):
-                if not actor.waiting_deps:
-                    actor.waiting_deps = True
-                    self._when_deps_ready(spec, lambda actor=actor: self._resume_actor(actor))
-                return
+                if spec.task_id not in actor.waiting_deps:
+                    actor.waiting_deps.add(spec.task_id)
+                    self._when_deps_ready(spec, lambda actor=actor, t=spec.task_id: self._resume_actor(actor, t))
+                if not overtake:
+                    break
+                held.append(actor.queue.popleft())
+                continue
             actor.queue.popleft()
             if spec.task_id in self.cancelled:
                 continue
             actor.inflight[spec.task_id] = spec
             self._run_on(w, spec)
+        actor.queue.extendleft(reversed(held))
         if actor.exit_when_idle and not actor.queue and w is not None:
             self._send(w, ("exit",))
 
-    def _resume_actor(self, actor: Actor) -> None:
-        actor.waiting_deps = False
+    def _resume_actor(self, actor: Actor, task_id: int) -> None:
+        actor.waiting_deps.discard(task_id)
         self._pump_actor(actor)
 
     def _actor_died(self, actor: Actor | None, spec: TaskSpec) -> exceptions.ActorDiedError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import threading
 
-ASYNC_DEFAULT_CONCURRENCY = 1000
+from raylite.core.remote import ASYNC_DEFAULT_CONCURRENCY
 
 
 def runner_for(executor, max_concurrency: int, groups: dict[str, int]):

@@ -152,7 +152,17 @@ def _returns(num_returns) -> tuple[tuple, str | None]:
     return tuple(next_id() for _ in range(num_returns)), None
 
 
+ASYNC_DEFAULT_CONCURRENCY = 1000   # raylite.core.concurrency's default (not imported: it imports inspect)
 _GENERATOR_FLAGS = 0x20 | 0x200   # CO_GENERATOR | CO_ASYNC_GENERATOR (inspect costs 10 ms to import)
+
+
+def _has_async_methods(cls) -> bool:
+    for name in dir(cls):
+        attr = getattr(cls, name, None)
+        code = getattr(getattr(attr, "__func__", attr), "__code__", None)
+        if code is not None and code.co_flags & (0x80 | 0x200):   # CO_COROUTINE | CO_ASYNC_GENERATOR
+            return True
+    return False
 
 
 def _default_returns(fn):
@@ -284,6 +294,8 @@ class ActorClass:
         self._bytes: bytes | None = None
         self._meta = (self._name, _methods(cls))
         self._call_options = _call_options(cls)
+        # an async actor runs up to 1000 calls at once unless told otherwise, as in Ray
+        self._async_default = ASYNC_DEFAULT_CONCURRENCY if _has_async_methods(cls) else 0
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actors cannot be instantiated directly. Instead of '{self._name}()', "
@@ -318,7 +330,7 @@ class ActorClass:
                         max_retries=options.get("max_task_retries") or 0, actor_id=0,
                         actor_name=None if name is None else (options.get("namespace"), name),
                         max_restarts=restarts, schedule_request=schedule,
-                        class_meta=meta, max_concurrency=options.get("max_concurrency") or 0,
+                        class_meta=meta, max_concurrency=options.get("max_concurrency") or self._async_default,
                         concurrency_groups=options.get("concurrency_groups") or None,
                         runtime_env=_env(options, self._name, holder or self),
                         placement=_placement(options), detached=options.get("lifetime") == "detached")

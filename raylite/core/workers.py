@@ -47,7 +47,7 @@ class Actor:
         self.refs = 1
         self.pinned = False
         self.exit_when_idle = False
-        self.waiting_deps = False
+        self.waiting_deps: set[int] = set()   # calls whose arguments a waiter is registered for
         self.class_meta = class_meta
 
 
