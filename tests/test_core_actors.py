@@ -9,6 +9,7 @@ class name.  (Killed/crashed/restarted actors are in test_core_failures.py.)
 """
 
 import os
+import signal
 import sys
 import time
 import uuid
@@ -547,3 +548,29 @@ def test_max_task_retries_runs_a_call_again_on_the_restarted_actor(ray_start, tm
     plain = ray.remote(max_restarts=1)(Fragile).remote()
     with pytest.raises(ray.exceptions.ActorDiedError):   # default: no call retries, as in Ray
         ray.get(plain.crash_once.remote(str(tmp_path / "c")), timeout=30)
+
+
+def test_actors_die_with_an_owner_that_crashes(ray_start):
+    Counter = _counter_class()
+
+    @ray.remote
+    class Parent:
+        def spawn(self):
+            self.child = Counter.remote()
+            self.kept = Counter.options(name="kept-child", lifetime="detached").remote()
+            return self.child, self.kept, os.getpid()
+
+    @ray.remote(max_calls=1)
+    def make():   # its worker exits after the task: told to, so what it made lives on
+        return Counter.remote(5)
+
+    parent = Parent.remote()
+    child, kept, parent_pid = ray.get(parent.spawn.remote())
+    from_task = ray.get(make.remote())
+    assert ray.get([child.incr.remote(), kept.incr.remote()]) == [1, 1]
+    os.kill(parent_pid, signal.SIGKILL)
+    with pytest.raises(ray.exceptions.RayActorError, match=rf"its owner \(pid {parent_pid}"):
+        ray.get(child.incr.remote(), timeout=10)   # as in Ray: it shares its owner's fate
+    assert ray.get(kept.incr.remote()) == 2         # detached: outlives its owner
+    assert ray.get(from_task.incr.remote()) == 6
+    ray.kill(kept)

@@ -37,7 +37,7 @@ class ActorLifecycle:
             self._run_on(w, spec)
         actor.queue.extendleft(reversed(held))
         if actor.exit_when_idle and not actor.queue and w is not None:
-            self._send(w, ("exit",))
+            self._retire(w)
 
     def _resume_actor(self, actor: Actor, task_id: int) -> None:
         actor.waiting_deps.discard(task_id)
@@ -108,6 +108,14 @@ class ActorLifecycle:
         if actor.spec.actor_name and self.named.get(actor.spec.actor_name) == actor.spec.actor_id:
             del self.named[actor.spec.actor_name]
         self._forget_actor(actor)
+
+    def _owner_died(self, w) -> None:
+        """As in Ray, actors die with the process that created them when it crashes or is killed
+        (not when it is told to exit): only a detached actor outlives its owner."""
+        for actor in list(self.actors.values()):
+            if actor.owner == w.index and not actor.spec.detached and actor.state != "DEAD":
+                actor.error = f"its owner (pid {w.pid}, which created it) died"
+                self._kill_actor(actor.spec.actor_id, True)
 
     def _forget_actor(self, actor: Actor) -> None:
         """Drop a dead actor's record once no handle can call it (a sweep may create thousands)."""

@@ -580,7 +580,13 @@ class Node(ActorLifecycle, WorkerOutput):
         for msg in msgs:
             getattr(self, "_msg_" + msg[0])(w, *msg[1:])
 
+    def _retire(self, w: WorkerProc) -> None:
+        w.retiring = True
+        self._send(w, ("exit",))
+
     def _worker_gone(self, w: WorkerProc) -> None:
+        if not w.retiring and not self.stopping:
+            self._owner_died(w)
         self.sel.unregister(w.chan.sock)
         w.chan.close()
         self.dirty_channels.discard(w.chan)
@@ -652,7 +658,7 @@ class Node(ActorLifecycle, WorkerOutput):
             w.alloc = None
             pool = self.idle.setdefault(w.key, [])
             if self.stopping or (w.max_calls and w.calls >= w.max_calls) or len(pool) >= self.max_idle:
-                self._send(w, ("exit",))
+                self._retire(w)
             else:
                 pool.append(w)
         if retry and spec.max_retries != 0 and spec.task_id not in self.cancelled:
@@ -664,6 +670,11 @@ class Node(ActorLifecycle, WorkerOutput):
         if w.task is not None and spec.kind == "task":
             self.children.setdefault(w.task.task_id, []).append(spec)
         self.submit(spec, fn_bytes)
+        self._owned_by(spec, w)
+
+    def _owned_by(self, spec: TaskSpec, w: WorkerProc) -> None:
+        if spec.kind == "actor_create" and spec.actor_id in self.actors:
+            self.actors[spec.actor_id].owner = w.index
 
     def _msg_item(self, w: WorkerProc, completion_id: int, index: int, value) -> None:
         """A generator task yielded a value: store it, and hand it to a caller waiting for it."""
@@ -774,6 +785,7 @@ class Node(ActorLifecycle, WorkerOutput):
     def _msg_create_named(self, w: WorkerProc, req: int, spec: TaskSpec, fn_bytes, get_if_exists: bool) -> None:
         try:
             payload = self.create_named(spec, fn_bytes, get_if_exists)
+            self._owned_by(spec, w)
         except ValueError as e:
             payload = e
         self._send(w, ("reply", req, payload))
@@ -806,7 +818,7 @@ class Node(ActorLifecycle, WorkerOutput):
             self.stopping = True
             for w in list(self.workers.values()):
                 if w.task is None and w.actor is None:
-                    self._send(w, ("exit",))
+                    self._retire(w)
         try:
             self.call_sync(begin)
         except Exception:

@@ -11,7 +11,7 @@ class WorkerProc:
 
     __slots__ = ("index", "chan", "key", "out_fd", "err_fd", "pid", "task", "alloc", "actor", "name",
                  "calls", "max_calls", "blocked", "functions", "signal_on_hello", "partial", "next", "started",
-                 "recalling")
+                 "recalling", "retiring")
 
     def __init__(self, index: int, chan: Channel, key: tuple, out_fd: int, err_fd: int):
         self.index, self.chan, self.key = index, chan, key
@@ -30,11 +30,12 @@ class WorkerProc:
         self.next: TaskSpec | None = None     # a tiny task sent ahead, run when `task` is done
         self.started = 0.0                    # when `task` was sent
         self.recalling = False                # asked for `next` back (it blocked in get)
+        self.retiring = False                 # told to exit: its end is no crash
 
 
 class Actor:
     __slots__ = ("spec", "worker", "state", "queue", "inflight", "restarts_left", "error", "refs",
-                 "pinned", "exit_when_idle", "waiting_deps", "class_meta")
+                 "pinned", "exit_when_idle", "waiting_deps", "class_meta", "owner")
 
     def __init__(self, spec: TaskSpec, class_meta=None):
         self.spec = spec
@@ -49,6 +50,7 @@ class Actor:
         self.exit_when_idle = False
         self.waiting_deps: set[int] = set()   # calls whose arguments a waiter is registered for
         self.class_meta = class_meta
+        self.owner = 0   # index of the worker whose code created it (0: the driver)
 
 
 class ObjectEntry:
