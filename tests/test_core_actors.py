@@ -569,6 +569,8 @@ def test_actors_die_with_an_owner_that_crashes(ray_start):
     from_task = ray.get(make.remote())
     assert ray.get([child.incr.remote(), kept.incr.remote()]) == [1, 1]
     os.kill(parent_pid, signal.SIGKILL)
+    with pytest.raises(ray.exceptions.RayActorError):   # the node has seen the parent go
+        ray.get(parent.spawn.remote(), timeout=10)
     with pytest.raises(ray.exceptions.RayActorError, match=rf"its owner \(pid {parent_pid}"):
         ray.get(child.incr.remote(), timeout=10)   # as in Ray: it shares its owner's fate
     assert ray.get(kept.incr.remote()) == 2         # detached: outlives its owner
