@@ -41,8 +41,8 @@ def _sampler_kwargs() -> dict[str, Any]:
     return {"num_replicas": ctx.get_world_size(), "rank": ctx.get_world_rank()}
 
 
-class RayDDPStrategy(DDPStrategy):
-    """Lightning's DDP on the raylite.train worker group: the worker's device, group-wide samplers."""
+class _OnWorkerGroup:
+    """What both Ray strategies change: the worker's device, and samplers over the whole group."""
 
     @property
     def root_device(self):
@@ -53,16 +53,12 @@ class RayDDPStrategy(DDPStrategy):
         return _sampler_kwargs()
 
 
-class RayFSDPStrategy(FSDPStrategy):
-    """Lightning's FSDP on the raylite.train worker group (as RayDDPStrategy)."""
+class RayDDPStrategy(_OnWorkerGroup, DDPStrategy):
+    """Lightning's DDP on the raylite.train worker group."""
 
-    @property
-    def root_device(self):
-        return _device()
 
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, Any]:
-        return _sampler_kwargs()
+class RayFSDPStrategy(_OnWorkerGroup, FSDPStrategy):
+    """Lightning's FSDP on the raylite.train worker group."""
 
 
 class RayLightningEnvironment(RayEnvironment):
