@@ -379,3 +379,20 @@ def test_on_the_ray_backend_the_calls_are_rays(monkeypatch):
     assert ray.timeline("t.json") == []
     assert calls == [("list_tasks", (None, [("state", "=", "RUNNING")], 7, 30, False, True, False)),
                      ("get_actor", ("ab", None, 30, False)), ("timeline", "t.json")]
+
+
+def test_an_async_actors_overlapping_calls_run_together(ray_start):
+    @ray.remote
+    class Napper:
+        async def nap(self, seconds):
+            import asyncio
+            await asyncio.sleep(seconds)
+            return seconds
+
+    napper = Napper.remote()
+    refs = [napper.nap.remote(0.5) for _ in range(3)]
+    _wait_for(lambda: [t.state for t in _named("Napper.nap")] == ["RUNNING"] * 3)
+    ray.get(refs)
+    naps = [e for e in ray.timeline() if e["name"] == "Napper.nap"]
+    first_end = min(e["ts"] + e["dur"] for e in naps)
+    assert len(naps) == 3 and all(e["ts"] < first_end for e in naps)   # drawn side by side
