@@ -308,12 +308,17 @@ def run_trial(trainable, config: dict, info: dict, shared: dict | None = None) -
             out = trainable(config)
         if isinstance(out, dict) and out:
             report(out)   # a returned dict is the last result, as in Ray
-        # No flush needed: this worker's report calls reach the node before its "done", so any drain
-        # the driver sends after seeing the task finish runs after them in the hub's queue.
     except StopTrial:
         stopped = True
     finally:
         _session = None
+        # On a Ray cluster, calls to the hub are ordered per caller, not across callers: the driver's
+        # drain after this task ends could overtake the reports still on their way. One call that
+        # waits for the hub to have taken them (~0.3 ms here) makes the driver's next drain see them.
+        try:
+            ray.get(s.hub.taken.remote())
+        except Exception:  # noqa: BLE001 - a dead hub: the driver reports that itself
+            pass
     return {"iterations": s.iteration, "stopped": stopped}
 
 
@@ -341,6 +346,9 @@ class Hub:
     def drain(self) -> list:
         events, self.events = self.events, []
         return events
+
+    def taken(self) -> None:
+        """Returns once the calling trial's earlier posts are in `events` (calls run in order)."""
 
     def stop(self, trial_ids) -> None:
         self.stops.update(trial_ids)
