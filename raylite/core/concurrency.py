@@ -15,14 +15,12 @@ from __future__ import annotations
 import inspect
 import threading
 
-from raylite.core.remote import ASYNC_DEFAULT_CONCURRENCY
+from raylite.core.remote import ASYNC_DEFAULT_CONCURRENCY, has_async_methods
 
 
 def runner_for(executor, max_concurrency: int, groups: dict[str, int]):
     """The runner an actor's calls need, or None for one call at a time (the plain loop)."""
-    cls = type(executor.actor)
-    members = (getattr(cls, name, None) for name in dir(cls))
-    if any(inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m) for m in members):
+    if has_async_methods(type(executor.actor)):
         return AsyncRunner(executor, {None: max_concurrency or ASYNC_DEFAULT_CONCURRENCY, **groups})
     if max_concurrency > 1 or groups:
         return ThreadRunner(executor, {None: max_concurrency or 1, **groups})

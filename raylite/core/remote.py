@@ -152,23 +152,29 @@ def _returns(num_returns) -> tuple[tuple, str | None]:
     return tuple(next_id() for _ in range(num_returns)), None
 
 
-ASYNC_DEFAULT_CONCURRENCY = 1000   # raylite.core.concurrency's default (not imported: it imports inspect)
-_GENERATOR_FLAGS = 0x20 | 0x200   # CO_GENERATOR | CO_ASYNC_GENERATOR (inspect costs 10 ms to import)
+ASYNC_DEFAULT_CONCURRENCY = 1000   # calls at once on an async actor unless told otherwise, as in Ray
+# code flags, not inspect (10 ms to import): CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERATOR
+_GENERATOR_FLAGS, _ASYNC_FLAGS = 0x20 | 0x200, 0x80 | 0x200
 
 
-def _has_async_methods(cls) -> bool:
-    for name in dir(cls):
-        attr = getattr(cls, name, None)
-        code = getattr(getattr(attr, "__func__", attr), "__code__", None)
-        if code is not None and code.co_flags & (0x80 | 0x200):   # CO_COROUTINE | CO_ASYNC_GENERATOR
-            return True
-    return False
+def _code_flags(fn) -> int:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code.co_flags if code is not None else 0
+
+
+def is_coroutine_function(fn) -> bool:
+    return bool(_code_flags(fn) & 0x80)
+
+
+def has_async_methods(cls) -> bool:
+    """Whether an actor class is async (any async def or async generator method): its calls then
+    share one event loop, in the driver's spec and in the worker alike."""
+    return any(_code_flags(getattr(cls, name, None)) & _ASYNC_FLAGS for name in dir(cls))
 
 
 def _default_returns(fn):
     """Ray streams what a generator function yields unless told otherwise."""
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    return "streaming" if code is not None and code.co_flags & _GENERATOR_FLAGS else 1
+    return "streaming" if _code_flags(fn) & _GENERATOR_FLAGS else 1
 
 
 def _refs(spec: TaskSpec):
@@ -295,7 +301,7 @@ class ActorClass:
         self._meta = (self._name, _methods(cls))
         self._call_options = _call_options(cls)
         # an async actor runs up to 1000 calls at once unless told otherwise, as in Ray
-        self._async_default = ASYNC_DEFAULT_CONCURRENCY if _has_async_methods(cls) else 0
+        self._async_default = ASYNC_DEFAULT_CONCURRENCY if has_async_methods(cls) else 0
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actors cannot be instantiated directly. Instead of '{self._name}()', "

@@ -13,7 +13,7 @@ import types
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import concurrency, context, objects, serialization, streams
+from raylite.core import concurrency, context, objects, remote, serialization, streams
 from raylite.core.segments import mappings
 from raylite.core.protocol import ArgRef, Channel, TaskSpec
 from raylite.core.resources import NodeResources
@@ -338,7 +338,7 @@ class _Executor:
         elif spec.kind == "actor_create":
             cls = self.functions[spec.fn_id]
             try:
-                if _is_coroutine_function(getattr(cls, "__init__", None)):   # Ray awaits an async
+                if remote.is_coroutine_function(getattr(cls, "__init__", None)):   # Ray awaits an async
                     self.actor = cls.__new__(cls)                           # constructor, on the actor's loop
                     self.calls = concurrency.runner_for(self, spec.max_concurrency, spec.concurrency_groups or {})
                     self.calls.run_until_done(cls.__init__(self.actor, *args, **kwargs))
@@ -386,11 +386,6 @@ class _Executor:
             raise ValueError(f"{spec.name} declared num_returns={n} but its generator yielded "
                              f"{'more' if len(out) > n else len(out)} values")
         return out
-
-
-def _is_coroutine_function(fn) -> bool:
-    code = getattr(fn, "__code__", None)
-    return code is not None and bool(code.co_flags & 0x80)   # CO_COROUTINE (inspect costs an import)
 
 
 def _safe_repr(obj, limit: int = 200) -> str:
