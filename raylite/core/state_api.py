@@ -175,58 +175,28 @@ def _list(what: str, cls: type[StateRecord], filters, limit: int, detail: bool, 
 
 
 # ---------------------------------------------------------------- the API
-def list_actors(address: str | None = None, filters: list | None = None, limit: int = DEFAULT_LIMIT,
-                timeout: int = DEFAULT_RPC_TIMEOUT, detail: bool = False, raise_on_missing_output: bool = True,
-                _explain: bool = False) -> list[ActorState]:
-    """Actors alive, and dead ones while their record is kept."""
-    if (ray := _ray_state()) is not None:
-        return ray.list_actors(address, filters, limit, timeout, detail, raise_on_missing_output, _explain)
-    return _list("actors", ActorState, filters, limit, detail, raise_on_missing_output, _explain)
+def _lister(kind: str, cls: type, name: str, doc: str):
+    """One of Ray's list_* functions, with Ray's signature: the local node's rows, or Ray's own."""
+    def list_state(address: str | None = None, filters: list | None = None, limit: int = DEFAULT_LIMIT,
+                   timeout: int = DEFAULT_RPC_TIMEOUT, detail: bool = False, raise_on_missing_output: bool = True,
+                   _explain: bool = False) -> list:
+        if (ray := _ray_state()) is not None:
+            return getattr(ray, name)(address, filters, limit, timeout, detail, raise_on_missing_output, _explain)
+        return _list(kind, cls, filters, limit, detail, raise_on_missing_output, _explain)
+    list_state.__name__ = list_state.__qualname__ = name
+    list_state.__doc__ = doc
+    return list_state
 
 
-def list_tasks(address: str | None = None, filters: list | None = None, limit: int = DEFAULT_LIMIT,
-               timeout: int = DEFAULT_RPC_TIMEOUT, detail: bool = False, raise_on_missing_output: bool = True,
-               _explain: bool = False) -> list[TaskState]:
-    """Tasks, actor creations and actor calls: unfinished ones, then the newest finished ones kept."""
-    if (ray := _ray_state()) is not None:
-        return ray.list_tasks(address, filters, limit, timeout, detail, raise_on_missing_output, _explain)
-    return _list("tasks", TaskState, filters, limit, detail, raise_on_missing_output, _explain)
-
-
-def list_objects(address: str | None = None, filters: list | None = None, limit: int = DEFAULT_LIMIT,
-                 timeout: int = DEFAULT_RPC_TIMEOUT, detail: bool = False, raise_on_missing_output: bool = True,
-                 _explain: bool = False) -> list[ObjectState]:
-    """Objects in the object table: size in bytes, producing task's status, ref count."""
-    if (ray := _ray_state()) is not None:
-        return ray.list_objects(address, filters, limit, timeout, detail, raise_on_missing_output, _explain)
-    return _list("objects", ObjectState, filters, limit, detail, raise_on_missing_output, _explain)
-
-
-def list_nodes(address: str | None = None, filters: list | None = None, limit: int = DEFAULT_LIMIT,
-               timeout: int = DEFAULT_RPC_TIMEOUT, detail: bool = False, raise_on_missing_output: bool = True,
-               _explain: bool = False) -> list[NodeState]:
-    if (ray := _ray_state()) is not None:
-        return ray.list_nodes(address, filters, limit, timeout, detail, raise_on_missing_output, _explain)
-    return _list("nodes", NodeState, filters, limit, detail, raise_on_missing_output, _explain)
-
-
-def list_workers(address: str | None = None, filters: list | None = None, limit: int = DEFAULT_LIMIT,
-                 timeout: int = DEFAULT_RPC_TIMEOUT, detail: bool = False, raise_on_missing_output: bool = True,
-                 _explain: bool = False) -> list[WorkerState]:
-    """The driver and the worker processes alive."""
-    if (ray := _ray_state()) is not None:
-        return ray.list_workers(address, filters, limit, timeout, detail, raise_on_missing_output, _explain)
-    return _list("workers", WorkerState, filters, limit, detail, raise_on_missing_output, _explain)
-
-
-def list_placement_groups(address: str | None = None, filters: list | None = None, limit: int = DEFAULT_LIMIT,
-                          timeout: int = DEFAULT_RPC_TIMEOUT, detail: bool = False,
-                          raise_on_missing_output: bool = True, _explain: bool = False) -> list[PlacementGroupState]:
-    if (ray := _ray_state()) is not None:
-        return ray.list_placement_groups(address, filters, limit, timeout, detail, raise_on_missing_output,
-                                         _explain)
-    return _list("placement_groups", PlacementGroupState, filters, limit, detail, raise_on_missing_output,
-                 _explain)
+list_actors = _lister("actors", ActorState, "list_actors", "Actors alive, and dead ones while their record is kept.")
+list_tasks = _lister("tasks", TaskState, "list_tasks", "Tasks, actor creations and actor calls: unfinished ones, "
+                     "then the newest finished ones kept.")
+list_objects = _lister("objects", ObjectState, "list_objects", "Objects in the object table: size in bytes, "
+                       "producing task's status, ref count.")
+list_nodes = _lister("nodes", NodeState, "list_nodes", "The one local node.")
+list_workers = _lister("workers", WorkerState, "list_workers", "The driver and the worker processes alive.")
+list_placement_groups = _lister("placement_groups", PlacementGroupState, "list_placement_groups",
+                                "Placement groups, with their bundles and state.")
 
 
 def get_actor(id: str, address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT,
