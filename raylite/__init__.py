@@ -17,9 +17,9 @@ __all__ = ["ActorClass", "ActorHandle", "DynamicObjectRefGenerator", "ObjectRef"
 
 def __getattr__(name: str):
     """``ray.util`` (``ray.util.ActorPool``, ...), ``ray.actor``, ``ray.runtime_env``,
-    ``ray.cloudpickle``, ``ray.timeline`` and ``ray.LoggingConfig`` without importing them at
-    ``import raylite``."""
-    if name in ("util", "actor", "runtime_env", "cloudpickle"):
+    ``ray.cloudpickle``, ``ray.dag``, ``ray.timeline`` and ``ray.LoggingConfig`` without importing
+    them at ``import raylite``."""
+    if name in ("util", "actor", "runtime_env", "cloudpickle", "dag"):
         import importlib
         return importlib.import_module(f"raylite.{name}")
     if name == "timeline":   # a reader, like the state API: imported when first used

@@ -214,6 +214,33 @@ def test_seed_snippets_give_the_same_answers_on_both_backends(cluster):
     assert on_ray["killed"] == "ActorDiedError"
 
 
+def test_dag_api_runs_on_the_cluster(cluster):
+    from raylite.dag import InputNode, MultiOutputNode
+
+    @raylite.remote
+    def add(a, b):
+        return a + b
+
+    @raylite.remote
+    class Total:
+        def __init__(self, start):
+            self.total = start
+
+        def add(self, x):
+            self.total += x
+            return self.total
+
+    with InputNode() as inp:
+        total = Total.bind(10)
+        total.add.bind(inp[0])
+        dag = MultiOutputNode([add.bind(inp[0], inp.y), total.add.bind(inp.y)])
+    with pytest.warns(DeprecationWarning):
+        assert raylite.get(dag.execute(1, y=2)) == [3, 13]
+    handle = Total.remote(0)   # Ray's own handle: its .bind gives Ray's nodes, which raylite's refuse
+    with pytest.raises(TypeError, match="Ray's own DAG API"):
+        add.bind(handle.add.bind(1), 2)
+
+
 def test_cluster_is_visible_through_raylite(cluster):
     assert raylite.is_initialized()
     assert len([n for n in raylite.nodes() if n["Alive"]]) == 2

@@ -186,8 +186,17 @@ def _refs(spec: TaskSpec):
     return refs[0] if len(refs) == 1 else (refs or None)
 
 
+def _bind(self, *args, **kwargs):
+    """`.bind(...)`: a node of a lazy graph (Ray's DAG API, raylite.dag) instead of a submission;
+    the graph's `execute()` submits it."""
+    from raylite.dag import bind
+    return bind(self, args, kwargs)
+
+
 class _Options:
     """What `.options(...)` returns: the same callable with overridden options."""
+
+    bind = _bind
 
     def __init__(self, target, options: dict):
         self._target, self._options = target, options
@@ -224,6 +233,8 @@ class RemoteFunction:
 
     def remote(self, *args, **kwargs):
         return self._remote(args, kwargs, self._options)
+
+    bind = _bind
 
     def _remote(self, args, kwargs, options: dict, holder=None):
         client = process.client or _client()
@@ -317,6 +328,8 @@ class ActorClass:
 
     def remote(self, *args, **kwargs) -> ActorHandle:
         return self._remote(args, kwargs, self._options)
+
+    bind = _bind
 
     def _remote(self, args, kwargs, options: dict, holder=None) -> ActorHandle:
         client = process.client or _client()
@@ -420,6 +433,8 @@ class ActorMethod:
 
     def remote(self, *args, **kwargs):
         return self._remote(args, kwargs, {})
+
+    bind = _bind
 
     def _remote(self, args, kwargs, options: dict, holder=None):
         client = _client()
