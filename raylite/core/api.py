@@ -298,13 +298,18 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancel the task or actor call that returns ``object_ref``. As Ray, ``force=True`` (kill
+    the worker) is refused for an unfinished actor call: ``ray.kill`` ends actors."""
     if isinstance(object_ref, ObjectRefGenerator):
         object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):
-        raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
+        raise TypeError(f"ray.cancel() only supported for object refs. For actors, try ray.kill(). "
+                        f"Got: {type(object_ref).__name__}.")
     client = _require_client()
     if client is None:
         return process.ray.cancel(object_ref, force, recursive)
+    if force and object_ref.id in client.state("actor_calls", False)[0]:
+        raise ValueError("force=True is not supported for actor tasks.")
     client.cancel(object_ref.id, force, recursive)
 
 

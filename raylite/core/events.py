@@ -52,17 +52,24 @@ Facts = namedtuple("Facts", "kind task_id name actor_id actor_name return_ids re
 _facts = attrgetter(*Facts._fields)
 
 
+# TaskEvent.parent of a task submitted where the node cannot tell by which task: a thread of a
+# worker between tasks, or an actor running several calls at once
+UNKNOWN_PARENT = -1
+
+
 class TaskEvent:
     """One task. `spec` is its TaskSpec until it is done, then the Facts tuple; `proc` is the
     worker it was sent to (its pid arrives with the worker's hello), then that worker's (index,
-    pid); `state` is None until it is done (meanwhile it is read off the node's own tables)."""
+    pid); `state` is None until it is done (meanwhile it is read off the node's own tables);
+    `parent` is the id of the task that submitted it, None for the driver."""
 
     __slots__ = ("spec", "created", "started", "ended", "proc", "attempt", "state", "error_type", "error",
-                 "death")
+                 "death", "parent")
 
     def __init__(self, spec, now: float):
         self.spec, self.created = spec, now
         self.started = self.ended = self.proc = self.state = self.error_type = self.error = self.death = None
+        self.parent = None
         self.attempt = 0
 
     def facts(self):
@@ -86,10 +93,32 @@ class TaskEvents:
         self.dropped = 0
         self.free_at: dict[int, float] = {}   # one-call-at-a-time actors: when their last call ended
         self.started_at = time.time()
+        self.submitter: tuple[int, int] | None = None   # (task id, its parent) from submitted_by
 
     # -- hooks (node thread) --
+    def submitted_by(self, spec, w) -> None:
+        """spec, about to be submitted, comes from worker w: its parent is the task w runs now.
+        Keyed by spec's id, so a submission that does not happen (a named actor's name taken)
+        leaves nothing for the next one."""
+        self.submitter = (spec.task_id, self._running_on(w))
+
+    def _running_on(self, w) -> int:
+        actor = w.actor
+        if actor is None:
+            return w.task.task_id if w.task is not None else UNKNOWN_PARENT
+        creation = self.live.get(actor.spec.task_id)
+        if creation is not None and creation.state is None:   # its constructor runs
+            return actor.spec.task_id
+        calls = actor.inflight   # sent to the actor, in order: a one-at-a-time actor runs the first
+        if len(calls) == 1 or (calls and actor.spec.actor_id in self.free_at):
+            return next(iter(calls))
+        return UNKNOWN_PARENT
+
     def submitted(self, spec) -> None:
-        self.live[spec.task_id] = TaskEvent(spec, _now())
+        rec = self.live[spec.task_id] = TaskEvent(spec, _now())
+        submitter = self.submitter
+        if submitter is not None and submitter[0] == spec.task_id:
+            rec.parent = submitter[1]
         if spec.kind == "actor_create" and spec.max_concurrency <= 1 and not spec.concurrency_groups:
             self.free_at[spec.actor_id] = 0.0
 

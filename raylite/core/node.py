@@ -669,6 +669,7 @@ class Node(ActorLifecycle, WorkerOutput):
     def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes) -> None:
         if w.task is not None and spec.kind == "task":
             self.children.setdefault(w.task.task_id, []).append(spec)
+        self.task_events.submitted_by(spec, w)   # its parent task, for the state API
         self.submit(spec, fn_bytes)
         self._owned_by(spec, w)
 
@@ -783,6 +784,7 @@ class Node(ActorLifecycle, WorkerOutput):
         self._send(w, ("reply", req, payload))
 
     def _msg_create_named(self, w: WorkerProc, req: int, spec: TaskSpec, fn_bytes, get_if_exists: bool) -> None:
+        self.task_events.submitted_by(spec, w)
         try:
             payload = self.create_named(spec, fn_bytes, get_if_exists)
             self._owned_by(spec, w)

@@ -1,6 +1,7 @@
 """The node's tables as Ray's state API rows (plain dicts, so they pickle to a worker that asks):
-tasks from the event record (raylite.core.events), actors, objects, workers, the node and its
-placement groups, and the finished tasks as Chrome trace events for ``timeline()``.
+tasks from the event record (raylite.core.events), actors, objects, workers, the node, its
+placement groups and the job, and the finished tasks as Chrome trace events for ``timeline()``;
+also the unfinished actor calls (for ``cancel``) and the workers' log directory.
 
 Runs in the node manager, under its lock (``Node.state``); the public side, with filters, limits
 and Ray's record classes, is raylite.core.state_api.
@@ -89,7 +90,7 @@ def _task_row(node, rec: events.TaskEvent, state: str, detail: bool) -> dict:
     name = _task_name(spec)
     row = {"task_id": _hex(spec.task_id), "attempt_number": rec.attempt, "name": name, "state": state,
            "job_id": node.job_id, "actor_id": _hex(spec.actor_id or None), "type": _TASK_TYPES[spec.kind],
-           "func_or_class_name": name, "parent_task_id": None,
+           "func_or_class_name": name, "parent_task_id": _parent_id(node, rec.parent),
            "node_id": node.node_id if worker is not None else None,
            "worker_id": _hex(worker, 16), "worker_pid": pid, "error_type": rec.error_type,
            # not a column: get_task(ref) finds the task by the ref
@@ -106,6 +107,18 @@ def _task_row(node, rec: events.TaskEvent, state: str, detail: bool) -> dict:
                    creation_time_ms=_ms(rec.created), start_time_ms=_ms(rec.started),
                    end_time_ms=_ms(rec.ended), error_message=rec.error, is_debugger_paused=False)
     return row
+
+
+def driver_task_id(job_id: str) -> str:
+    """Ray's id of the driver's own task, the parent of what the driver submits: all ones, then
+    the job id."""
+    return "f" * (28 - len(job_id)) + job_id
+
+
+def _parent_id(node, parent: int | None) -> str | None:
+    if parent is None:
+        return driver_task_id(node.job_id)
+    return None if parent == events.UNKNOWN_PARENT else _hex(parent)
 
 
 def timeline(node, detail: bool) -> list[dict]:
@@ -242,5 +255,37 @@ def placement_groups(node, detail: bool) -> list[dict]:
     return rows
 
 
+def jobs(node, detail: bool) -> list[dict]:
+    """The one job, the driver's (raylite has no job submission), with Ray's JobDetails fields."""
+    row = {"job_id": node.job_id, "submission_id": None, "entrypoint": _entrypoint(), "type": "DRIVER",
+           "status": "RUNNING", "message": None, "error_type": None,
+           "driver_info": {"id": node.job_id, "node_ip_address": NODE_IP, "pid": str(os.getpid())}}
+    if detail:   # end_time 0 while the job runs, as Ray's job table
+        row.update(start_time=_ms(node.task_events.started_at), end_time=0, metadata={},
+                   runtime_env={k: dict(v) if k == "env_vars" else list(v) if k == "py_modules" else v
+                                for k, v in node.job_env or ()},
+                   driver_agent_http_address=None, driver_node_id=None, driver_exit_code=None)
+    return [row]
+
+
+def _entrypoint() -> str:
+    """The driver's command line, as Ray records it."""
+    import subprocess
+    import sys
+    shell = "(interactive_shell) " if hasattr(sys, "ps1") else ""
+    return shell + subprocess.list2cmdline(sys.orig_argv)
+
+
+def actor_calls(node, detail: bool) -> list[int]:
+    """First return ids of the actor calls not done yet (``cancel(force=True)`` refuses them)."""
+    return [oid for oid, spec in node.producers.items() if spec.kind == "actor_call"]
+
+
+def log_dir(node, detail: bool) -> list[str | None]:
+    """Where worker output goes: the log directory with ``init(log_to_driver=False)``, else None."""
+    return [node.log_dir]
+
+
 _VIEWS = {"tasks": tasks, "actors": actors, "objects": objects, "workers": workers, "nodes": nodes,
-          "placement_groups": placement_groups, "timeline": timeline}
+          "placement_groups": placement_groups, "timeline": timeline, "jobs": jobs, "actor_calls": actor_calls,
+          "log_dir": log_dir}

@@ -1,4 +1,5 @@
-"""Ray's state API (``ray.util.state``) and ``ray.timeline()`` on the local runtime.
+"""Ray's state API (``ray.util.state``; its logs are raylite.core.state_logs) and ``ray.timeline()`` on
+the local runtime.
 
 The node answers with plain rows (raylite.core.snapshot); here they are filtered, limited and
 returned as Ray's record classes, which allow both ``rec.state`` and ``rec["state"]``. The
@@ -12,6 +13,7 @@ Ray backend every function is Ray's own.
 """
 from __future__ import annotations
 
+import sys
 import warnings
 
 from raylite.core import events, ray_backend
@@ -99,6 +101,12 @@ class WorkerState(StateRecord):
 class PlacementGroupState(StateRecord):
     columns = ("placement_group_id* name* creator_job_id* state*",
                "bundles is_detached* stats topology_strategy topology_assignments")
+
+
+class JobState(StateRecord):
+    columns = ("job_id* submission_id* entrypoint type* status* message error_type driver_info",
+               "start_time end_time metadata runtime_env driver_agent_http_address driver_node_id "
+               "driver_exit_code")
 
 
 # ---------------------------------------------------------------- plumbing
@@ -197,15 +205,34 @@ list_nodes = _lister("nodes", NodeState, "list_nodes", "The one local node.")
 list_workers = _lister("workers", WorkerState, "list_workers", "The driver and the worker processes alive.")
 list_placement_groups = _lister("placement_groups", PlacementGroupState, "list_placement_groups",
                                 "Placement groups, with their bundles and state.")
+list_jobs = _lister("jobs", JobState, "list_jobs", "The one job: this driver's (type DRIVER, status RUNNING).")
 
 
-def get_actor(id: str, address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT,
-              _explain: bool = False) -> ActorState | None:
-    """One actor by its hex id (``handle._actor_id`` on Ray; ``get_actor_id()`` inside it), or None."""
-    if (ray := _ray_state()) is not None:
-        return ray.get_actor(id, address, timeout, _explain)
-    found = _list("actors", ActorState, [("actor_id", "=", id)], 1, True, False, _explain)
-    return found[0] if found else None
+def _getter(kind: str, cls: type, column: str, name: str, doc: str, every: bool = False):
+    """One of Ray's get_* functions, with Ray's signature: the record whose ``column`` is ``id``
+    (with the detail columns), or None; ``every``: all such records, or None if there are none."""
+    def get_state(id: str, address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT,
+                  _explain: bool = False):
+        if (ray := _ray_state()) is not None:
+            return getattr(ray, name)(id, address, timeout, _explain)
+        found = _list(kind, cls, [(column, "=", id)], sys.maxsize, True, False, _explain)
+        return (found if every else found[0]) if found else None
+    get_state.__name__ = get_state.__qualname__ = name
+    get_state.__doc__ = doc
+    return get_state
+
+
+get_actor = _getter("actors", ActorState, "actor_id", "get_actor",
+                    "One actor by its hex id (``handle._actor_id`` on Ray; ``get_actor_id()`` inside it), or None.")
+get_worker = _getter("workers", WorkerState, "worker_id", "get_worker", "One worker process by its id, or None.")
+get_node = _getter("nodes", NodeState, "node_id", "get_node", "The node, given its id; else None.")
+get_placement_group = _getter("placement_groups", PlacementGroupState, "placement_group_id", "get_placement_group",
+                              "One placement group by its hex id, or None.")
+get_objects = _getter("objects", ObjectState, "object_id", "get_objects",
+                      "The object with that hex id (``ref.hex()``) as a one-record list, or None.", every=True)
+get_job = _getter("jobs", JobState, "submission_id", "get_job",
+                  "A submitted job by its submission id, as Ray's (which finds no driver job by its job id): "
+                  "raylite has no job submission, so this is None; list_jobs() has the driver's job.")
 
 
 def get_task(id, address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT,
@@ -250,6 +277,40 @@ def summarize_actors(address: str | None = None, timeout: int = DEFAULT_RPC_TIME
         entry = summary.setdefault(row["class_name"], {"class_name": row["class_name"], "state_counts": {}})
         entry["state_counts"][row["state"]] = entry["state_counts"].get(row["state"], 0) + 1
     return {"cluster": {"summary": summary, "total_actors": len(rows), "summary_by": "class"}}
+
+
+def summarize_objects(address: str | None = None, timeout: int = DEFAULT_RPC_TIMEOUT,
+                      raise_on_missing_output: bool = True, _explain: bool = False) -> dict:
+    """Object counts and sizes per call site, in Ray's shape: ``{"cluster": {"summary": {...}, ...}}``.
+    Call sites are not recorded (as by Ray's default), so every object is under "disabled"."""
+    if (ray := _ray_state()) is not None:
+        return ray.summarize_objects(address, timeout, raise_on_missing_output, _explain)
+    rows, _ = _query("objects", False)
+    summary: dict[str, dict] = {}
+    holders: dict[str, tuple[set, set]] = {}   # call site -> (pids, ips) referencing its objects
+    total_mb = 0.0
+    for row in rows:
+        key = row["call_site"]
+        entry = summary.get(key)
+        if entry is None:
+            entry = summary[key] = {"total_objects": 0, "total_size_mb": 0.0, "total_num_workers": 0,
+                                    "total_num_nodes": 0, "task_state_counts": {}, "task_attempt_number_counts": {},
+                                    "ref_type_counts": {}}
+            holders[key] = (set(), set())
+        for counts, value in ((entry["task_state_counts"], row["task_status"]),
+                              (entry["task_attempt_number_counts"], str(row["attempt_number"])),
+                              (entry["ref_type_counts"], row["reference_type"])):
+            counts[value] = counts.get(value, 0) + 1
+        entry["total_objects"] += 1
+        if row["object_size"] != -1:   # Ray's "size unknown"
+            entry["total_size_mb"] += row["object_size"] / 1024 ** 2
+            total_mb += row["object_size"] / 1024 ** 2
+        holders[key][0].add(row["pid"])
+        holders[key][1].add(row["ip"])
+    for key, (pids, ips) in holders.items():
+        summary[key]["total_num_workers"], summary[key]["total_num_nodes"] = len(pids), len(ips)
+    return {"cluster": {"summary": summary, "total_objects": len(rows), "total_size_mb": total_mb,
+                        "callsite_enabled": "disabled" not in summary, "summary_by": "callsite"}}
 
 
 def timeline(filename: str | None = None) -> list[dict] | None:

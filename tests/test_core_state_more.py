@@ -1,0 +1,316 @@
+"""More of Ray's state API on the local runtime: tasks' parent ids, ``summarize_objects``,
+``list_jobs`` and the other ``get_*``, the workers' logs (``list_logs``, ``get_log``), and
+``cancel(force=True)`` refused for actor calls. Expected values were checked against Ray 2.60.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import raylite as ray
+from raylite.util.state import (RayStateApiException, get_job, get_log, get_node, get_objects, get_placement_group,
+                                get_task, get_worker, list_actors, list_jobs, list_logs, list_nodes, list_tasks,
+                                list_workers, summarize_objects)
+
+DRIVER_TASK_ID = "f" * 20 + "01000000"   # Ray's: all ones, then the job id
+
+
+def _one(name: str, detail: bool = False):
+    [task] = list_tasks(filters=[("name", "=", name)], detail=detail)
+    return task
+
+
+# --------------------------------------------------------------------------
+# parent_task_id
+# --------------------------------------------------------------------------
+
+
+def test_parent_task_ids_name_the_submitter(ray_start):
+    @ray.remote
+    def leaf():
+        return 1
+
+    @ray.remote
+    def outer():
+        return ray.get(leaf.options(name="from_task").remote())
+
+    @ray.remote
+    class Child:
+        def ping(self):
+            return 1
+
+    @ray.remote
+    class Parent:
+        def __init__(self):
+            self.early = leaf.options(name="from_constructor").remote()
+
+        def spawn(self):
+            child = Child.remote()
+            return ray.get([child.ping.remote(), leaf.options(name="from_call").remote(), self.early])
+
+    assert ray.get(outer.remote(), timeout=30) == 1
+    parent = Parent.remote()
+    assert ray.get(parent.spawn.remote(), timeout=30) == [1, 1, 1]
+
+    assert ray.get_runtime_context().get_task_id() is None   # the driver's own id is not given out, as in Ray
+    for name in ("outer", "Parent.__init__", "Parent.spawn"):
+        assert _one(name).parent_task_id == _one(name, detail=True).parent_task_id == DRIVER_TASK_ID
+    assert _one("from_task").parent_task_id == _one("outer").task_id
+    assert _one("from_constructor").parent_task_id == _one("Parent.__init__").task_id
+    spawn = _one("Parent.spawn").task_id
+    assert {_one(n).parent_task_id for n in ("from_call", "Child.__init__", "Child.ping")} == {spawn}
+    assert get_task(spawn).parent_task_id == DRIVER_TASK_ID
+    assert {t.name for t in list_tasks(filters=[("parent_task_id", "=", spawn)])} == \
+        {"from_call", "Child.__init__", "Child.ping"}
+
+
+def test_parent_is_unknown_when_an_actor_runs_several_calls(ray_start, tmp_path):
+    """The node cannot tell which of a threaded actor's running calls submitted a task: no id
+    rather than a wrong one."""
+    @ray.remote
+    def leaf():
+        return 1
+
+    @ray.remote(max_concurrency=2)
+    class Threaded:
+        def hold(self, path):
+            while not os.path.exists(path):
+                time.sleep(0.01)
+
+        def submit(self, path):
+            value = ray.get(leaf.remote())
+            open(path, "w").close()
+            return value
+
+    actor = Threaded.remote()
+    go = str(tmp_path / "go")
+    held = actor.hold.remote(go)
+    assert ray.get(actor.submit.remote(go), timeout=30) == 1
+    ray.get(held, timeout=30)
+    assert _one("leaf").parent_task_id is None
+
+
+# --------------------------------------------------------------------------
+# summarize_objects, list_jobs, get_*
+# --------------------------------------------------------------------------
+
+
+def test_summarize_objects_counts_sizes_and_states(ray_start, tmp_path):
+    @ray.remote
+    def value():
+        return b"v" * 1000
+
+    @ray.remote
+    def blocked(path):
+        while not os.path.exists(path):
+            time.sleep(0.01)
+
+    big = ray.put(b"x" * (1 << 20))
+    done = value.remote()
+    ray.get(done, timeout=30)
+    go = str(tmp_path / "go")
+    pending = blocked.remote(go)
+    while _one("blocked").state != "RUNNING":
+        time.sleep(0.02)
+
+    cluster = summarize_objects()["cluster"]
+    assert set(cluster) == {"summary", "total_objects", "total_size_mb", "callsite_enabled", "summary_by"}
+    assert (cluster["summary_by"], cluster["callsite_enabled"], cluster["total_objects"]) == ("callsite", False, 3)
+    entry = cluster["summary"]["disabled"]   # call sites are not recorded, as by Ray's default
+    assert entry["total_objects"] == 3
+    assert entry["task_state_counts"] == {"FINISHED": 2, "RUNNING": 1}
+    assert entry["task_attempt_number_counts"] == {"0": 3}
+    assert sum(entry["ref_type_counts"].values()) == 3
+    assert (entry["total_num_workers"], entry["total_num_nodes"]) == (1, 1)
+    assert 1.0 < entry["total_size_mb"] == cluster["total_size_mb"] < 1.1
+
+    open(go, "w").close()
+    ray.get(pending, timeout=30)
+    del big, done, pending
+    assert summarize_objects()["cluster"]["total_objects"] == 0
+
+
+def test_list_jobs_has_the_drivers_job(ray_start):
+    [job] = list_jobs()
+    assert (job.job_id, job.type, job.status, job.submission_id) == ("01000000", "DRIVER", "RUNNING", None)
+    assert job.job_id == ray.get_runtime_context().get_job_id()
+    assert job.driver_info == {"id": "01000000", "node_ip_address": "127.0.0.1", "pid": str(os.getpid())}
+    assert "pytest" in job.entrypoint and job.start_time is None   # detail columns only with detail
+
+    [full] = list_jobs(detail=True)
+    assert full.start_time <= time.time() * 1000 and full.end_time == 0 and full.metadata == {}
+    assert list_jobs(filters=[("status", "=", "running"), ("type", "=", "DRIVER")]) == [job]
+    assert list_jobs(filters=[("type", "=", "SUBMISSION")]) == []
+    assert get_job("01000000") is None   # Ray's get_job finds submitted jobs only, by submission id
+    with pytest.raises(ValueError, match="'entrypoint' is not supported"):
+        list_jobs(filters=[("entrypoint", "=", "python")])
+
+
+def test_get_by_id_for_workers_nodes_groups_and_objects(ray_start):
+    @ray.remote
+    def pid():
+        return os.getpid()
+
+    worker_pid = ray.get(pid.remote(), timeout=30)
+    [row] = [w for w in list_workers() if w.pid == worker_pid]
+    assert get_worker(row.worker_id).pid == worker_pid
+    [node] = list_nodes()
+    assert get_node(node.node_id).start_time_ms is not None   # with the detail columns
+    group = ray.util.placement_group([{"CPU": 1}], name="got")
+    ray.get(group.ready(), timeout=30)
+    assert get_placement_group(group.id.hex()).name == "got"
+    ref = ray.put(list(range(10)))
+    [obj] = get_objects(ref.hex())
+    assert obj.object_id == ref.hex() and obj.task_status == "FINISHED"
+    for get in (get_worker, get_node, get_placement_group, get_objects):
+        assert get("0" * 28) is None
+    ray.util.remove_placement_group(group)
+
+
+# --------------------------------------------------------------------------
+# logs
+# --------------------------------------------------------------------------
+
+
+def _wait_log(wait_until, expected: list, **where) -> None:
+    """get_log gives `expected` (output reaches the file a moment after the task ends)."""
+    wait_until(lambda: list(get_log(**where)) == expected, timeout=10,
+               message=f"get_log({where}) never gave {expected}")
+
+
+def test_logs_of_tasks_and_actors_with_log_to_driver_false(ray_init, tmp_path, wait_until):
+    ray_init(log_to_driver=False, _temp_dir=str(tmp_path))
+
+    @ray.remote
+    def chatty(n):
+        import sys
+        for i in range(n):
+            print(f"line {i}")
+        print("\x1b[31mred\x1b[0m")
+        print("to stderr", file=sys.stderr, flush=True)
+        return os.getpid()
+
+    @ray.remote
+    class Talker:
+        def talk(self):
+            print("actor speaking", flush=True)
+            return os.getpid()
+
+    ref = chatty.remote(3)
+    pid = ray.get(ref, timeout=30)
+    task_id = get_task(ref).task_id
+    expected = ["line 0\n", "line 1\n", "line 2\n", "\x1b[31mred\x1b[0m\n"]
+    _wait_log(wait_until, expected, task_id=task_id)
+    assert list(get_log(pid=pid, tail=2, filter_ansi_code=True)) == ["line 2\n", "red\n"]
+    assert list(get_log(filename=f"worker-{pid}.out", tail=1, encoding=None)) == [b"\x1b[31mred\x1b[0m\n"]
+    _wait_log(wait_until, ["to stderr\n"], task_id=task_id, suffix="err")
+    assert list(get_log(pid=pid, tail=0)) == []
+
+    talker = Talker.remote()
+    actor_pid = ray.get(talker.talk.remote(), timeout=30)
+    [actor] = list_actors()
+    _wait_log(wait_until, ["actor speaking\n"], actor_id=actor.actor_id)
+    assert list(get_log(actor_id=actor.actor_id, suffix="err")) == []   # it wrote nothing there
+
+    logs = list_logs(node_id=ray.get_runtime_context().get_node_id())
+    assert {f"worker-{pid}.out", f"worker-{actor_pid}.out"} <= set(logs["worker_out"])
+    assert logs["worker_err"] == [f"worker-{pid}.err"]
+    assert list_logs(glob_filter="*.err") == {"worker_err": [f"worker-{pid}.err"]}
+    assert os.path.exists(tmp_path / "raylite")   # under _temp_dir, as Ray's logs
+
+
+def test_get_log_errors_name_what_is_wrong(ray_init, tmp_path):
+    ray_init(log_to_driver=False, _temp_dir=str(tmp_path))
+
+    @ray.remote
+    class Quiet:
+        def call(self):
+            return 1
+
+    quiet = Quiet.remote()
+    call = quiet.call.remote()
+    ray.get(call, timeout=30)
+    with pytest.raises(RayStateApiException, match="actor log"):
+        list(get_log(task_id=get_task(call).task_id))
+    with pytest.raises(RayStateApiException, match="worker-1.out"):
+        list(get_log(filename="worker-1.out"))
+    with pytest.raises(RayStateApiException, match="Actor ID 00 not found"):
+        list(get_log(actor_id="00"))
+    with pytest.raises(ValueError, match="suffix='log'"):
+        list(get_log(pid=1, suffix="log"))
+    with pytest.raises(ValueError, match="tail=-2"):
+        list(get_log(pid=1, tail=-2))
+    with pytest.raises(ValueError, match="filename='../x'"):
+        list(get_log(filename="../x"))
+    with pytest.raises(ValueError, match="node_id='nope'"):
+        list_logs(node_id="nope")
+    with pytest.raises(ValueError, match="filename, or an actor_id, task_id or pid"):
+        list(get_log())
+
+
+def test_no_logs_while_output_goes_to_the_driver(ray_start):
+    assert list_logs() == {}
+    with pytest.raises(RayStateApiException, match="log_to_driver=False"):
+        list(get_log(pid=os.getpid()))
+
+
+# --------------------------------------------------------------------------
+# cancel
+# --------------------------------------------------------------------------
+
+
+def test_cancel_force_is_refused_for_an_actor_call(ray_start, tmp_path):
+    @ray.remote
+    class Waiter:
+        def wait(self, path):
+            while not os.path.exists(path):
+                time.sleep(0.01)
+            return "done"
+
+        def quick(self):
+            return 1
+
+    @ray.remote
+    def cancel_from_task(refs):
+        try:
+            ray.cancel(refs[0], force=True)
+        except ValueError as e:
+            return str(e)
+
+    actor = Waiter.remote()
+    finished = actor.quick.remote()
+    ray.get(finished, timeout=30)
+    ray.cancel(finished, force=True)   # done already: nothing to refuse, as in Ray
+
+    go = str(tmp_path / "go")
+    running = actor.wait.remote(go)
+    with pytest.raises(ValueError, match=r"^force=True is not supported for actor tasks\.$"):
+        ray.cancel(running, force=True)
+    assert ray.get(cancel_from_task.remote([running]), timeout=30) == "force=True is not supported for actor tasks."
+    open(go, "w").close()
+    assert ray.get(running, timeout=30) == "done"   # not cancelled
+    with pytest.raises(TypeError, match=r"only supported for object refs\. For actors, try ray\.kill\(\)"):
+        ray.cancel(actor)
+
+
+def test_on_the_ray_backend_the_new_calls_are_rays(monkeypatch):
+    import types
+    from raylite.core.objects import process
+    calls = []
+
+    def recorder(name, result):
+        return lambda *args, **kwargs: calls.append((name, args, kwargs)) or result
+
+    rays_state = types.SimpleNamespace(list_jobs=recorder("list_jobs", ["job"]), get_worker=recorder("get_worker", "w"),
+                                       summarize_objects=recorder("summarize_objects", {"cluster": {}}),
+                                       list_logs=recorder("list_logs", {"worker_out": []}),
+                                       get_log=recorder("get_log", iter(["a\n"])))
+    monkeypatch.setattr(process, "ray", types.SimpleNamespace(state_api=lambda: rays_state))
+    assert list_jobs(limit=3) == ["job"] and get_worker("ab") == "w"
+    assert summarize_objects() == {"cluster": {}} and list_logs(node_ip="1.2.3.4") == {"worker_out": []}
+    assert list(get_log(pid=5, tail=2)) == ["a\n"]
+    assert [name for name, _, _ in calls] == ["list_jobs", "get_worker", "summarize_objects", "list_logs", "get_log"]
+    assert calls[0][1] == (None, None, 3, 30, False, True, False) and calls[1][1] == ("ab", None, 30, False)
+    assert calls[4][2]["pid"] == 5 and calls[4][2]["tail"] == 2 and calls[3][2]["node_ip"] == "1.2.3.4"
