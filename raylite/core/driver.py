@@ -50,6 +50,7 @@ class DriverClient:
 
         waiter = Waiter(fire, want)
         self.node.call(self.node.table.add_waiter, waiter, ids, timeout)
+        self.node.read_producer(waiter, ids)
         done.acquire()
         if box[0] and want is None:
             raise exceptions.GetTimeoutError(f"get timed out after {timeout} s")

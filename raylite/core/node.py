@@ -23,6 +23,7 @@ from raylite.core.groups import Groups
 from raylite.core.actors import ActorLifecycle
 from raylite.core.object_table import ObjectTable
 from raylite.core.output import WorkerOutput
+from raylite.core.reader import ProducerReading
 from raylite.core.protocol import Channel, TaskSpec
 from raylite.core.serialization import error_value
 from raylite.core.resources import SCALE, NodeResources, from_fixed
@@ -50,7 +51,7 @@ def _queue_key(spec: TaskSpec) -> tuple:
     return tuple(sorted((spec.schedule_request or spec.request).items())), spec.placement
 
 
-class Node(ActorLifecycle, WorkerOutput):
+class Node(ActorLifecycle, WorkerOutput, ProducerReading):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
                  log_dir: str | None = None, logging: dict | None = None):
@@ -87,9 +88,11 @@ class Node(ActorLifecycle, WorkerOutput):
         self.named: dict[tuple[str, str], int] = {}   # (namespace, name) -> actor id
         self.task_events = TaskEvents()   # what tasks did, for the state API and timeline()
         self.dirty_channels: set[Channel] = set()
+        self._init_readers()
         self._worker_index = itertools.count(1)
         self.stopping = False
         self.lock = threading.Lock()      # held by whoever runs node code: the node thread or a caller
+        self._node_busy = False           # the node thread holds the lock (and checks `commands` after)
         self.inline_thread: int | None = None   # the caller running node code now, if any
         self.held_interrupt = None              # Ctrl-C's handler, to run once that caller is done
         self._sigint = None
@@ -105,8 +108,13 @@ class Node(ActorLifecycle, WorkerOutput):
         a wake-up per submit and get, which costs 0.1-0.4 ms on a VM whose idle vCPUs halt."""
         if self.stopping or not self.lock.acquire(False):
             self.commands.append((fn, args))
-            self._wake()
+            if self.stopping or not self._node_busy:   # else it looks at the commands before it sleeps
+                self._wake()
             return
+        self._run_locked(fn, args)
+
+    def _run_locked(self, fn, args: tuple) -> None:
+        """`call`'s work in the calling thread, which holds the lock (released here)."""
         first_timer = self.table.timers[0] if self.table.timers else None
         first_due = self.pool.due
         self.inline_thread = threading.get_ident()
@@ -187,14 +195,18 @@ class Node(ActorLifecycle, WorkerOutput):
                 _internal_error()
                 ready = []
             with self.lock:
+                self._node_busy = True
                 try:
                     for key, events in ready:
                         key.data(events)
                 except Exception:
                     _internal_error()
-                self._woken = False
-                self._step()
-                self.pool.expire()   # here only: this thread wakes when the oldest pooled segment is due
+                try:
+                    self._woken = False
+                    self._step()
+                    self.pool.expire()   # here only: this thread wakes when the oldest pooled segment is due
+                finally:
+                    self._node_busy = False
             if self.stopping and not self.commands:
                 return
 
@@ -210,19 +222,22 @@ class Node(ActorLifecycle, WorkerOutput):
             self.table.fire_timers()
             self._schedule()
             self._flush()
+            if self.readers:
+                self._wake_readers()
         except Exception:
             _internal_error()
 
     def _flush(self) -> None:
         for chan in self.dirty_channels:
             chan.flush()
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if chan.wbuf else 0)
-            try:
-                key = self.sel.get_key(chan.sock)
-                if key.events != events:
-                    self.sel.modify(chan.sock, events, key.data)
-            except (KeyError, ValueError):
-                pass
+            if bool(chan.wbuf) != chan.watch_write:   # the socket filled up, or has drained
+                try:
+                    key = self.sel.get_key(chan.sock)
+                    self.sel.modify(chan.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if chan.wbuf else 0),
+                                    key.data)
+                    chan.watch_write = bool(chan.wbuf)
+                except (KeyError, ValueError):   # closed, or lent to a reading thread (raylite.core.reader)
+                    pass
         self.dirty_channels = {c for c in self.dirty_channels if c.wbuf}
 
     def _send(self, w: WorkerProc, msg) -> None:
@@ -587,7 +602,8 @@ class Node(ActorLifecycle, WorkerOutput):
     def _worker_gone(self, w: WorkerProc) -> None:
         if not w.retiring and not self.stopping:
             self._owner_died(w)
-        self.sel.unregister(w.chan.sock)
+        if w.index not in self.readers:   # else a thread has it on loan (raylite.core.reader)
+            self.sel.unregister(w.chan.sock)
         w.chan.close()
         self.dirty_channels.discard(w.chan)
         self.workers.pop(w.index, None)
@@ -837,6 +853,7 @@ class Node(ActorLifecycle, WorkerOutput):
         for w in list(self.workers.values()):
             w.chan.close()
         self.sel.close()
+        self._close_readers()
         self._wake_r.close()
         self._wake_w.close()
 

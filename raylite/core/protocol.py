@@ -98,6 +98,7 @@ class Channel:
         self.sock = sock
         self.rbuf = bytearray()
         self.wbuf = bytearray()
+        self.watch_write = False   # the node's selector watches it for writing (wbuf was left over)
 
     def fileno(self) -> int:
         return self.sock.fileno()

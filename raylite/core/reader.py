@@ -1,0 +1,152 @@
+"""A driver thread blocked in get() or wait() reads the worker that produces its result itself.
+
+The node thread owns the workers' sockets. Left to it, a result costs two thread wake-ups in the
+driver, the node thread's and then the waiting thread's; on a VM whose idle vCPUs halt, each costs
+0.1-0.3 ms, as much as the rest of a task's round trip. So when all that a waiter still lacks comes
+from one worker (the task it runs, or calls on the actor it hosts), the waiting thread takes that
+worker's socket out of the node's selector and serves it itself, under the node lock like any node
+code, until the waiter fires; then it hands the socket back. Whoever else fires the waiter (the node
+thread: a timeout, a result from elsewhere; another thread), ends the worker, or leaves bytes for
+it unsent, wakes the reading thread through that thread's own socket pair.
+"""
+from __future__ import annotations
+
+import select
+import selectors
+import socket
+import threading
+
+
+class Reader:
+    """A worker's socket on loan to the thread `thread`, until `waiter` fires."""
+
+    __slots__ = ("worker", "waiter", "key", "thread", "wake_r", "wake_w")
+
+    def __init__(self, worker, waiter, key, thread: int, wake: tuple):
+        self.worker, self.waiter, self.key, self.thread = worker, waiter, key, thread
+        self.wake_r, self.wake_w = wake
+
+    def needs_reader(self, stopping: bool, workers: dict) -> bool:
+        w = self.worker
+        return self.waiter.done or stopping or w.index not in workers or bool(w.chan.wbuf)
+
+
+class ProducerReading:
+    """Node mixin. Needs: lock, sel, workers, actors, producers, table, stopping, _run_locked,
+    _on_worker, dirty_channels."""
+
+    def _init_readers(self) -> None:
+        self.readers: dict[int, Reader] = {}        # worker index -> its socket's borrower
+        self._wake_pairs: dict[int, tuple] = {}     # thread id -> (read end, write end)
+
+    def read_producer(self, waiter, ids) -> None:
+        """Serve the one worker that produces what `waiter` (registered on ids) lacks, from the
+        calling thread, until the waiter fires; return at once when there is no such worker (or
+        the node is busy), and the caller blocks as before."""
+        if waiter.done or not self.lock.acquire(False):
+            return
+        try:
+            reader = self._borrow(waiter, ids)
+        finally:
+            self.lock.release()
+        if reader is None:
+            return
+        w, sock = reader.worker, reader.worker.chan.sock
+        poller = select.poll()   # not select(): no limit on descriptor numbers
+        poller.register(reader.wake_r, select.POLLIN)
+        try:
+            poller.register(sock, select.POLLIN)
+            watching_out = False
+            while not waiter.done and not self.stopping and w.index in self.workers:
+                if bool(w.chan.wbuf) != watching_out:
+                    watching_out = not watching_out
+                    poller.modify(sock, select.POLLIN | (select.POLLOUT if watching_out else 0))
+                events = dict(poller.poll())
+                if events.pop(reader.wake_r.fileno(), 0):
+                    _drain(reader.wake_r)
+                if events:   # the worker's socket: readable, writable, or closed
+                    self.lock.acquire()
+                    self._run_locked(self._serve_borrowed, (reader,))
+        except (OSError, ValueError):   # the node closed the socket: the worker is gone
+            pass
+        finally:
+            self.lock.acquire()
+            self._run_locked(self._give_back, (reader,))
+
+    def _borrow(self, waiter, ids) -> Reader | None:
+        if not waiter.armed or waiter.done:   # its registration is still queued for the node thread
+            return None
+        w = self._producer(ids)
+        if w is None or w.index in self.readers:
+            return None
+        try:
+            key = self.sel.unregister(w.chan.sock)
+        except (KeyError, ValueError):
+            return None
+        me = threading.get_ident()
+        pair = self._wake_pairs.get(me)
+        if pair is None:
+            pair = self._wake_pairs[me] = socket.socketpair()
+            for end in pair:
+                end.setblocking(False)
+        reader = self.readers[w.index] = Reader(w, waiter, key, me, pair)
+        return reader
+
+    def _producer(self, ids):
+        """The worker producing every id not ready yet, if it is one worker."""
+        found = None
+        for oid in ids:
+            entry = self.table.objects.get(oid) if oid >= 0 else None
+            if entry is not None and entry.value is not None:
+                continue
+            spec = self.producers.get(oid)
+            w = self._worker_of(spec) if spec is not None else None
+            if w is None or (found is not None and w is not found):
+                return None
+            found = w
+        return found
+
+    def _worker_of(self, spec):
+        if spec.kind == "actor_call":
+            actor = self.actors.get(spec.actor_id)
+            return actor.worker if actor is not None and actor.state == "ALIVE" else None
+        return next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
+
+    def _serve_borrowed(self, reader: Reader) -> None:
+        w = reader.worker
+        if w.index in self.workers:
+            self.dirty_channels.add(w.chan)   # flushed by the step that runs this
+            self._on_worker(w, selectors.EVENT_READ)
+
+    def _give_back(self, reader: Reader) -> None:
+        w = reader.worker
+        if self.readers.get(w.index) is reader:
+            del self.readers[w.index]
+        if w.index in self.workers and w.chan.sock.fileno() >= 0 and not self.stopping:
+            w.chan.watch_write = bool(w.chan.wbuf)
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0)
+            self.sel.register(w.chan.sock, events, reader.key.data)
+
+    def _wake_readers(self) -> None:
+        """After node code ran: wake the borrowers (in other threads) that have something to do."""
+        me = threading.get_ident()
+        for reader in list(self.readers.values()):
+            if reader.thread != me and reader.needs_reader(self.stopping, self.workers):
+                try:
+                    reader.wake_w.send(b"x")
+                except OSError:   # full: it is awake already
+                    pass
+
+    def _close_readers(self) -> None:
+        for pair in self._wake_pairs.values():
+            for end in pair:
+                end.close()
+        self._wake_pairs.clear()
+
+
+def _drain(sock: socket.socket) -> None:
+    try:
+        while sock.recv(4096):
+            pass
+    except OSError:
+        pass
