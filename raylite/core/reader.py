@@ -37,7 +37,7 @@ class ProducerReading:
 
     def _init_readers(self) -> None:
         self.readers: dict[int, Reader] = {}        # worker index -> its socket's borrower
-        self._wake_pairs: dict[int, tuple] = {}     # thread id -> (read end, write end)
+        self._spare_wakes: list[tuple] = []         # socket pairs of readers gone, for the next ones
 
     def read_producer(self, waiter, ids) -> None:
         """Serve the one worker that produces what `waiter` (registered on ids) lacks, from the
@@ -83,13 +83,13 @@ class ProducerReading:
             key = self.sel.unregister(w.chan.sock)
         except (KeyError, ValueError):
             return None
-        me = threading.get_ident()
-        pair = self._wake_pairs.get(me)
-        if pair is None:
-            pair = self._wake_pairs[me] = socket.socketpair()
+        if self._spare_wakes:
+            pair = self._spare_wakes.pop()
+        else:
+            pair = socket.socketpair()
             for end in pair:
                 end.setblocking(False)
-        reader = self.readers[w.index] = Reader(w, waiter, key, me, pair)
+        reader = self.readers[w.index] = Reader(w, waiter, key, threading.get_ident(), pair)
         return reader
 
     def _producer(self, ids):
@@ -122,6 +122,12 @@ class ProducerReading:
         w = reader.worker
         if self.readers.get(w.index) is reader:
             del self.readers[w.index]
+        if self.stopping:
+            reader.wake_r.close()
+            reader.wake_w.close()
+        else:
+            _drain(reader.wake_r)
+            self._spare_wakes.append((reader.wake_r, reader.wake_w))
         if w.index in self.workers and w.chan.sock.fileno() >= 0 and not self.stopping:
             w.chan.watch_write = bool(w.chan.wbuf)
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0)
@@ -138,10 +144,10 @@ class ProducerReading:
                     pass
 
     def _close_readers(self) -> None:
-        for pair in self._wake_pairs.values():
+        for pair in self._spare_wakes:
             for end in pair:
                 end.close()
-        self._wake_pairs.clear()
+        self._spare_wakes.clear()
 
 
 def _drain(sock: socket.socket) -> None:

@@ -1,0 +1,87 @@
+"""A driver thread blocked in get() serves the worker it waits on itself (raylite.core.reader):
+whatever that worker needs meanwhile (large replies, calls from other threads, a crash, a
+timeout, Ctrl-C) must still work while its socket is on loan."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import raylite as ray
+
+BIG = 900_000   # in-band (under the 1 MB shared-memory threshold), and larger than a socket buffer
+
+
+def test_large_reply_to_a_nested_get_reaches_the_worker_the_driver_waits_on(ray_start):
+    blob = ray.put(b"x" * BIG)
+
+    @ray.remote
+    def reads(box):
+        return len(ray.get(box[0])) + len(ray.get(box[0]))
+
+    assert ray.get(reads.remote([blob])) == 2 * BIG
+
+
+def test_other_threads_use_an_actor_while_one_waits_on_it(ray_start):
+    @ray.remote(max_concurrency=4)
+    class Echo:
+        def slow(self, seconds):
+            time.sleep(seconds)
+            return "slow"
+
+        def echo(self, data):
+            return len(data)
+
+    actor = Echo.remote()
+    ray.get(actor.echo.remote(b""))
+    results = {}
+
+    def waiter():
+        results["slow"] = ray.get(actor.slow.remote(1.0))
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.2)   # the waiter is blocked on the actor now
+    results["echo"] = [ray.get(actor.echo.remote(b"y" * BIG)) for _ in range(3)]
+    thread.join(10)
+    assert results == {"slow": "slow", "echo": [BIG] * 3}
+
+
+def test_timeout_fires_while_blocked_on_a_running_task(ray_start):
+    @ray.remote
+    def sleeper():
+        time.sleep(5)
+
+    start = time.monotonic()
+    with pytest.raises(ray.exceptions.GetTimeoutError):
+        ray.get(sleeper.remote(), timeout=0.3)
+    assert time.monotonic() - start < 2.0
+
+
+def test_ctrl_c_while_blocked_leaves_the_runtime_usable(ray_start):
+    @ray.remote
+    def sleeper(seconds):
+        time.sleep(seconds)
+        return seconds
+
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        ray.get(sleeper.remote(3))
+    assert ray.get([sleeper.remote(0) for _ in range(4)]) == [0] * 4
+
+
+def test_worker_death_while_blocked_retries_on_a_new_worker(ray_start, tmp_path):
+    marker = tmp_path / "died-once"
+
+    @ray.remote(max_retries=1)
+    def dies_once(path):
+        if not os.path.exists(path):
+            open(path, "w").close()
+            os._exit(1)
+        return os.getpid()
+
+    assert ray.get(dies_once.remote(str(marker)), timeout=30) != os.getpid()
