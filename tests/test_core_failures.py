@@ -484,6 +484,46 @@ def test_cancel_running_task_interrupts_it(ray_start, tmp_path, wait_until):
     assert ray.get(after.remote()) == "after"
 
 
+def test_cancel_right_after_submit_interrupts_a_task_that_has_not_started_yet(ray_start):
+    # The worker has the task but has not started it when the SIGINT comes (or the signal lands
+    # just before the task blocks in sleep): it must still be interrupted, not run to its end.
+    @ray.remote
+    def sleeper():
+        time.sleep(30)
+
+    @ray.remote
+    def warm():
+        return 0
+
+    ray.get([warm.remote() for _ in range(2)])   # idle workers: the task is sent at once
+    for _ in range(10):
+        ref = sleeper.remote()
+        ray.cancel(ref)
+        with pytest.raises(exc.TaskCancelledError):
+            ray.get(ref, timeout=10)
+
+
+def test_a_task_that_catches_the_interrupt_to_clean_up_is_interrupted_once(ray_start, tmp_path):
+    log = tmp_path / "log"
+
+    @ray.remote
+    def careful(path):
+        try:
+            time.sleep(30)
+        except KeyboardInterrupt:
+            time.sleep(1.5)   # cleanup, past every repeat of the signal
+            with open(path, "w") as f:
+                f.write("cleaned up")
+            raise
+
+    ref = careful.remote(str(log))
+    time.sleep(0.5)
+    ray.cancel(ref)
+    with pytest.raises(exc.TaskCancelledError):
+        ray.get(ref, timeout=20)
+    assert log.read_text() == "cleaned up"
+
+
 def test_cancel_running_task_force_kills_worker(ray_start, tmp_path, wait_until, wait_pids_gone):
     pid_file = tmp_path / "pid"
 

@@ -51,6 +51,25 @@ def _queue_key(spec: TaskSpec) -> tuple:
     return tuple(sorted((spec.schedule_request or spec.request).items())), spec.placement
 
 
+# A cancel's SIGINT can be lost: one that lands just before the task blocks in a system call (a
+# sleep, a read) only marks Python's flag, which it checks once that call returns. So while the task
+# runs on, the node sends it again after these delays; the worker raises KeyboardInterrupt once
+# per task whatever it gets (a task that catches it to clean up is not interrupted again).
+RESIGNAL_S = (0.05, 0.2, 1.0)
+
+
+class _Resignal:
+    """A timer (see ObjectTable.add_timer) that interrupts a cancelled task again."""
+
+    __slots__ = ("node", "worker", "spec", "tries", "done")
+
+    def __init__(self, node, worker: WorkerProc, spec: TaskSpec):
+        self.node, self.worker, self.spec, self.tries, self.done = node, worker, spec, 0, False
+
+    def expire(self) -> None:
+        self.node._resignal(self)
+
+
 class Node(ActorLifecycle, WorkerOutput, ProducerReading):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
@@ -525,6 +544,21 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         if w.next is spec:
             return self._recall(w)
         self._signal(w, signal.SIGKILL if force else signal.SIGINT)
+        if not force:
+            self.table.add_timer(RESIGNAL_S[0], _Resignal(self, w, spec))
+
+    def _resignal(self, timer: _Resignal) -> None:
+        w, spec = timer.worker, timer.spec
+        if w.task is spec and spec.task_id in self.cancelled and w.index in self.workers:
+            self._signal(w, signal.SIGINT)
+            timer.tries += 1
+            if timer.tries < len(RESIGNAL_S):
+                self.table.add_timer(RESIGNAL_S[timer.tries], timer)
+
+    def _msg_interrupt_missed(self, w: WorkerProc, task_id: int) -> None:
+        """The worker got a cancel's SIGINT before it started this task: if that was for it, again."""
+        if w.task is not None and w.task.task_id == task_id and task_id in self.cancelled:
+            self._signal(w, signal.SIGINT)
 
     def _recall(self, w: WorkerProc) -> None:
         if not w.recalling:

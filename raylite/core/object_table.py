@@ -31,6 +31,10 @@ class ObjectTable:
         self.workers, self.forget = workers, forget   # worker index -> process; ask one to unmap
 
     # -- waiting --
+    def add_timer(self, delay: float, item) -> None:
+        """Call item.expire() in `delay` seconds (unless item.done by then)."""
+        heapq.heappush(self.timers, (time.monotonic() + max(0.0, delay), next(self._timer_seq), item))
+
     def add_waiter(self, waiter: Waiter, ids, timeout: float | None) -> None:
         """Register waiter on ids; it fires when enough are ready (or at timeout)."""
         unique, ready = set(ids), 0
@@ -54,7 +58,7 @@ class ObjectTable:
                 waiter.entries.append(entry)
         waiter.arm(ready, len(unique))
         if not waiter.done and timeout is not None:
-            heapq.heappush(self.timers, (time.monotonic() + max(0.0, timeout), next(self._timer_seq), waiter))
+            self.add_timer(timeout, waiter)
             if len(self.timers) > self._timers_max:   # drop the timers of waiters already done
                 self.timers = [t for t in self.timers if not t[2].done]
                 heapq.heapify(self.timers)

@@ -187,6 +187,8 @@ class _Executor:
         self.loop = None
         self.running = False
         self.calls = None   # a concurrency runner for threaded and async actors
+        self.missed_interrupt = False   # a cancel's SIGINT came while no task ran (see execute)
+        self.interrupted = False        # the running task got its KeyboardInterrupt (only one)
 
     def run(self, spec: TaskSpec, fn_bytes: bytes | None, deps: dict, assigned: dict, accel: dict):
         if fn_bytes is not None:
@@ -217,7 +219,11 @@ class _Executor:
     def execute(self, spec: TaskSpec, deps: dict, assigned: dict, accel: dict) -> None:
         self.begin(spec, assigned, accel)
         try:
+            self.interrupted = False
             self.running = True
+            if self.missed_interrupt:   # perhaps meant for this task, which had not started yet: ask
+                self.missed_interrupt = False   # the driver to interrupt it again if so
+                self.client.send(("interrupt_missed", spec.task_id))
             value = self._call(spec, deps)
             self.running = False
             results = self.pack(spec, value)
@@ -476,7 +482,11 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
 
     def interrupt(signum, frame):  # cancel(): only interrupts a running task (not concurrent calls)
         if executor.running and executor.calls is None:
-            raise KeyboardInterrupt
+            if not executor.interrupted:   # the node may send it more than once (see node.RESIGNAL_S)
+                executor.interrupted = True
+                raise KeyboardInterrupt
+        else:
+            executor.missed_interrupt = True
 
     def flag_cancelled(signum, frame):   # ray.cancel() of the call a one-at-a-time actor runs now
         if executor.running and executor.calls is None:
