@@ -595,6 +595,24 @@ def test_task_stdout_and_stderr_prefixed_like_ray(ray_start, read_output):
     assert f"oops {tag}" not in out
 
 
+def test_output_of_fresh_workers_names_their_pid(ray_start, read_output):
+    # a new worker's first lines can be read before its hello (which carries the pid) is
+    tag = uuid.uuid4().hex
+
+    @ray.remote(max_calls=1)
+    def first_words(tag, i):
+        print(f"{tag} {i}", flush=True)
+        return os.getpid()
+
+    pids = []
+    for _ in range(3):
+        pids.append(ray.get(first_words.remote(tag, len(pids))))   # one waiting get: a borrowed worker
+    pids += ray.get([first_words.remote(tag, len(pids) + i) for i in range(4)])   # the node thread's
+    out, _ = read_output(lambda o, e: all(f"{tag} {i}" in o for i in range(len(pids))))
+    for i, pid in enumerate(pids):
+        assert f"(first_words pid={pid}) {tag} {i}" in out, out
+
+
 def test_actor_repr_prefixes_its_output_like_ray(ray_start, read_output):
     tag = uuid.uuid4().hex
 

@@ -634,6 +634,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         self._send(w, ("exit",))
 
     def _worker_gone(self, w: WorkerProc) -> None:
+        if w.early_output:   # it died before its hello was read: print what it wrote all the same
+            self.emit_early_output(w)
         if not w.retiring and not self.stopping:
             self._owner_died(w)
         if w.index not in self.readers:   # else a thread has it on loan (raylite.core.reader)
@@ -674,6 +676,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
     # -- messages from workers (dispatched by name: _msg_<kind>) --
     def _msg_hello(self, w: WorkerProc, pid: int) -> None:
         w.pid = pid
+        if w.early_output:
+            self.emit_early_output(w)
         if w.signal_on_hello:
             self._signal(w, w.signal_on_hello)
 

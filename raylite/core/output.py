@@ -30,10 +30,14 @@ class WorkerOutput:
             return
         except OSError:
             data = b""
-        out = getattr(sys, stream)
         if not data:
-            self.sel.unregister(fd)
+            if w.index not in self.readers:   # else the pipe is on loan (raylite.core.reader)
+                self.sel.unregister(fd)
             os.close(fd)
+            if fd == w.out_fd:
+                w.out_fd = -1
+            else:
+                w.err_fd = -1
             data = b"\n" if w.partial.get(fd) else b""
         text = w.partial.pop(fd, b"") + data
         *lines, rest = text.split(b"\n")
@@ -43,9 +47,25 @@ class WorkerOutput:
             rest = b""
         if rest:
             w.partial[fd] = rest
-        if lines and self.log_dir is not None:
+        if not lines:
+            return
+        if w.pid is None:   # its hello (on the control socket) is not read yet: the lines wait for
+            w.early_output.append((stream, lines))   # the pid that names them (see emit_early_output)
+            return
+        self._emit(w, stream, lines)
+
+    def emit_early_output(self, w: WorkerProc) -> None:
+        """What a worker wrote before the node read its hello, now that its pid is known (or it
+        died without one)."""
+        early, w.early_output = w.early_output, []
+        for stream, lines in early:
+            self._emit(w, stream, lines)
+
+    def _emit(self, w: WorkerProc, stream: str, lines: list[bytes]) -> None:
+        if self.log_dir is not None:
             self._to_log_file(w, stream, lines)
-        elif lines:
+        else:
+            out = getattr(sys, stream)
             prefix = f"({w.name} pid={w.pid}) "
             try:
                 out.write("".join(prefix + _last_drawing(line).decode(errors="replace") + "\n" for line in lines))

@@ -5,9 +5,12 @@ driver, the node thread's and then the waiting thread's; on a VM whose idle vCPU
 0.1-0.3 ms, as much as the rest of a task's round trip. So when all that a waiter still lacks comes
 from one worker (the task it runs, or calls on the actor it hosts), the waiting thread takes that
 worker's socket out of the node's selector and serves it itself, under the node lock like any node
-code, until the waiter fires; then it hands the socket back. Whoever else fires the waiter (the node
-thread: a timeout, a result from elsewhere; another thread), ends the worker, or leaves bytes for
-it unsent, wakes the reading thread through that thread's own socket pair.
+code, until the waiter fires; then it hands the socket back. It takes the worker's stdout and stderr
+pipes along, so that the worker's output and messages are handled in one thread, in their order
+(an actor's `__repr__` names the output after it; what a task prints before it returns is printed
+before the get returns). Whoever else fires the
+waiter (the node thread: a timeout, a result from elsewhere; another thread), ends the worker, or
+leaves bytes for it unsent, wakes the reading thread through the reader's own socket pair.
 """
 from __future__ import annotations
 
@@ -18,12 +21,12 @@ import threading
 
 
 class Reader:
-    """A worker's socket on loan to the thread `thread`, until `waiter` fires."""
+    """A worker's socket (and output pipes) on loan to the thread `thread`, until `waiter` fires."""
 
-    __slots__ = ("worker", "waiter", "key", "thread", "wake_r", "wake_w")
+    __slots__ = ("worker", "waiter", "key", "pipes", "thread", "wake_r", "wake_w")
 
-    def __init__(self, worker, waiter, key, thread: int, wake: tuple):
-        self.worker, self.waiter, self.key, self.thread = worker, waiter, key, thread
+    def __init__(self, worker, waiter, key, pipes: dict, thread: int, wake: tuple):
+        self.worker, self.waiter, self.key, self.pipes, self.thread = worker, waiter, key, pipes, thread
         self.wake_r, self.wake_w = wake
 
     def needs_reader(self, stopping: bool, workers: dict) -> bool:
@@ -54,6 +57,8 @@ class ProducerReading:
         w, sock = reader.worker, reader.worker.chan.sock
         poller = select.poll()   # not select(): no limit on descriptor numbers
         poller.register(reader.wake_r, select.POLLIN)
+        for fd in reader.pipes:
+            poller.register(fd, select.POLLIN)
         try:
             poller.register(sock, select.POLLIN)
             watching_out = False
@@ -64,9 +69,12 @@ class ProducerReading:
                 events = dict(poller.poll())
                 if events.pop(reader.wake_r.fileno(), 0):
                     _drain(reader.wake_r)
-                if events:   # the worker's socket: readable, writable, or closed
+                if events:   # the worker's socket or pipes: readable, writable, or closed
                     self.lock.acquire()
-                    self._run_locked(self._serve_borrowed, (reader,))
+                    self._run_locked(self._serve_borrowed, (reader, events))
+                    for fd in [fd for fd in events if fd in reader.pipes and fd not in (w.out_fd, w.err_fd)]:
+                        poller.unregister(fd)   # it reached its end and is closed
+                        del reader.pipes[fd]
         except (OSError, ValueError):   # the node closed the socket: the worker is gone
             pass
         finally:
@@ -83,13 +91,17 @@ class ProducerReading:
             key = self.sel.unregister(w.chan.sock)
         except (KeyError, ValueError):
             return None
+        pipes = {}
+        for fd in (w.out_fd, w.err_fd):
+            if fd >= 0:
+                pipes[fd] = self.sel.unregister(fd)
         if self._spare_wakes:
             pair = self._spare_wakes.pop()
         else:
             pair = socket.socketpair()
             for end in pair:
                 end.setblocking(False)
-        reader = self.readers[w.index] = Reader(w, waiter, key, threading.get_ident(), pair)
+        reader = self.readers[w.index] = Reader(w, waiter, key, pipes, threading.get_ident(), pair)
         return reader
 
     def _producer(self, ids):
@@ -112,11 +124,17 @@ class ProducerReading:
             return actor.worker if actor is not None and actor.state == "ALIVE" else None
         return next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
 
-    def _serve_borrowed(self, reader: Reader) -> None:
+    def _serve_borrowed(self, reader: Reader, events: dict) -> None:
+        """The socket first (an actor's `__repr__`, sent before the output, names it), then the
+        pipes; both before the get that waits returns, so output printed before a result is out
+        before the caller goes on."""
         w = reader.worker
-        if w.index in self.workers:
+        if w.index in self.workers and w.chan.sock.fileno() in events:
             self.dirty_channels.add(w.chan)   # flushed by the step that runs this
             self._on_worker(w, selectors.EVENT_READ)
+        for fd, key in reader.pipes.items():
+            if fd in events:
+                key.data(selectors.EVENT_READ)
 
     def _give_back(self, reader: Reader) -> None:
         w = reader.worker
@@ -128,6 +146,12 @@ class ProducerReading:
         else:
             _drain(reader.wake_r)
             self._spare_wakes.append((reader.wake_r, reader.wake_w))
+        for fd, key in reader.pipes.items():   # open still (a dead worker's too: the node drains them)
+            if fd in (w.out_fd, w.err_fd):
+                try:
+                    self.sel.register(fd, selectors.EVENT_READ, key.data)
+                except (OSError, ValueError):   # shutdown() from another thread closed the selector
+                    pass
         if w.index in self.workers and w.chan.sock.fileno() >= 0 and not self.stopping:
             w.chan.watch_write = bool(w.chan.wbuf)
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0)

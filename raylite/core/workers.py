@@ -11,7 +11,7 @@ class WorkerProc:
 
     __slots__ = ("index", "chan", "key", "out_fd", "err_fd", "pid", "task", "alloc", "actor", "name",
                  "calls", "max_calls", "blocked", "functions", "signal_on_hello", "partial", "next", "started",
-                 "recalling", "retiring")
+                 "recalling", "retiring", "early_output")
 
     def __init__(self, index: int, chan: Channel, key: tuple, out_fd: int, err_fd: int):
         self.index, self.chan, self.key = index, chan, key
@@ -31,6 +31,7 @@ class WorkerProc:
         self.started = 0.0                    # when `task` was sent
         self.recalling = False                # asked for `next` back (it blocked in get)
         self.retiring = False                 # told to exit: its end is no crash
+        self.early_output: list = []          # (stream, lines) it wrote before its pid was known
 
 
 class Actor:
