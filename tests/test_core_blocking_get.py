@@ -85,3 +85,26 @@ def test_worker_death_while_blocked_retries_on_a_new_worker(ray_start, tmp_path)
         return os.getpid()
 
     assert ray.get(dies_once.remote(str(marker)), timeout=30) != os.getpid()
+
+
+def test_actors_dying_under_a_blocked_get_leave_no_internal_error(ray_start, capfd):
+    # the node thread may hold an event for a worker that the waiting thread finds dead meanwhile
+    @ray.remote(max_restarts=1)
+    class Flaky:
+        def ping(self):
+            return os.getpid()
+
+        def die(self):
+            os._exit(1)
+
+    for _ in range(100):
+        actor = Flaky.remote()
+        first = ray.get(actor.ping.remote())
+        actor.die.remote()
+        try:
+            assert ray.get(actor.ping.remote(), timeout=30) != first   # restarted
+        except ray.exceptions.RayActorError:
+            pass
+        ray.kill(actor)
+    _, err = capfd.readouterr()
+    assert "internal error" not in err, err

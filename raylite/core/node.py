@@ -619,6 +619,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         return w
 
     def _on_worker(self, w: WorkerProc, events: int) -> None:
+        if self.workers.get(w.index) is not w:   # an event select() gave before a reading thread
+            return                               # (raylite.core.reader) found the worker gone
         if events & selectors.EVENT_WRITE:
             self.dirty_channels.add(w.chan)
         if not events & selectors.EVENT_READ:

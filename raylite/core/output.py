@@ -24,6 +24,8 @@ class WorkerOutput:
     """Node methods that forward the workers' stdout and stderr pipes."""
 
     def _on_output(self, w: WorkerProc, fd: int, stream: str) -> None:
+        if fd not in (w.out_fd, w.err_fd):   # closed already (a stale event): the number may be reused
+            return
         try:
             data = os.read(fd, 65536)
         except BlockingIOError:
