@@ -262,7 +262,9 @@ class SegmentPool:
     """Freed segments no worker maps any more, kept (pages allocated) for the driver's next puts.
     One the driver's own arrays still read (`out = ray.get(ray.put(x))` outlives its ref) waits
     in `lingering` until they are gone. A segment no put took within IDLE_S is removed, so tasks
-    that return large values (each in a new segment) do not fill the pool up to its capacity."""
+    that return large values (each in a new segment) do not fill the pool up to its capacity; and
+    while the driver has not put a large value for IDLE_S, freed segments are not kept at all (a
+    run whose tasks return arrays held about 10 s of its results in /dev/shm for nothing)."""
 
     IDLE_S = 10.0
 
@@ -273,12 +275,13 @@ class SegmentPool:
         self.lingering: dict[str, tuple[int, Mapping, float]] = {}
         self.bytes = 0
         self.due = float("inf")   # when the oldest entry expires
+        self.last_take = -float("inf")   # when the driver last looked for a segment to put into
 
     def give(self, name: str, size: int, mm: Mapping | None) -> bool:
         with self.lock:
-            if self.bytes + size > self.capacity:
-                return False
             now = time.monotonic()
+            if self.bytes + size > self.capacity or now - self.last_take > self.IDLE_S:
+                return False
             if mm is not None and mm.in_use():
                 self.lingering[name] = (size, mm, now)
             else:
@@ -290,6 +293,7 @@ class SegmentPool:
     def take(self, n: int) -> tuple[str, Mapping] | None:
         """The smallest pooled segment that holds n bytes without wasting half of it."""
         with self.lock:
+            self.last_take = time.monotonic()
             for name, (size, mm, since) in list(self.lingering.items()):
                 if not mm.in_use():
                     del self.lingering[name]
