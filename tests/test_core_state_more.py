@@ -314,3 +314,48 @@ def test_on_the_ray_backend_the_new_calls_are_rays(monkeypatch):
     assert [name for name, _, _ in calls] == ["list_jobs", "get_worker", "summarize_objects", "list_logs", "get_log"]
     assert calls[0][1] == (None, None, 3, 30, False, True, False) and calls[1][1] == ("ab", None, 30, False)
     assert calls[4][2]["pid"] == 5 and calls[4][2]["tail"] == 2 and calls[3][2]["node_ip"] == "1.2.3.4"
+
+
+def test_list_workers_keeps_the_ones_that_ended_with_why(ray_start):
+    @ray.remote(max_calls=1)
+    def once():
+        return os.getpid()
+
+    @ray.remote
+    class Actor:
+        def pid(self):
+            return os.getpid()
+
+        def leave(self):
+            ray.actor.exit_actor()
+
+    @ray.remote(max_retries=0)
+    def crash():
+        os._exit(1)
+
+    retired = ray.get(once.remote())
+    killed_actor = Actor.remote()
+    killed = ray.get(killed_actor.pid.remote())
+    ray.kill(killed_actor)
+    leaving_actor = Actor.remote()
+    left = ray.get(leaving_actor.pid.remote())
+    leaving_actor.leave.remote()
+    with pytest.raises(ray.exceptions.WorkerCrashedError):
+        ray.get(crash.remote())
+
+    def ended():
+        rows = {w.pid: w for w in list_workers(detail=True) if not w.is_alive}
+        return rows if {retired, killed, left} <= rows.keys() and len(rows) >= 4 else None
+
+    deadline = time.monotonic() + 10
+    while not (rows := ended()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert rows, list_workers(detail=True)
+    assert rows[retired].exit_type == "INTENDED_SYSTEM_EXIT"
+    assert (rows[killed].exit_type, rows[killed].exit_detail) == ("INTENDED_USER_EXIT", "killed by ray.kill()")
+    assert rows[left].exit_type == "INTENDED_USER_EXIT" and "exit_actor" in rows[left].exit_detail
+    crashed = [w for pid, w in rows.items() if pid not in (retired, killed, left)]
+    assert [w.exit_type for w in crashed] == ["SYSTEM_ERROR"]
+    assert all(w.end_time_ms >= w.start_time_ms > 0 for w in rows.values())
+    alive = list_workers()
+    assert all(w.is_alive for w in alive if w.exit_type is None) and any(not w.is_alive for w in alive)

@@ -75,6 +75,7 @@ class ActorLifecycle:
                     queue.remove(actor.spec)
             self._actor_gone(actor)
         else:
+            w.exit_cause = ("INTENDED_USER_EXIT", "killed by ray.kill()")
             self._signal(w, signal.SIGKILL)
 
     def _actor_gone(self, actor: Actor) -> None:

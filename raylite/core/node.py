@@ -56,6 +56,7 @@ def _queue_key(spec: TaskSpec) -> tuple:
 # runs on, the node sends it again after these delays; the worker raises KeyboardInterrupt once
 # per task whatever it gets (a task that catches it to clean up is not interrupted again).
 RESIGNAL_S = (0.05, 0.2, 1.0)
+DEAD_WORKERS_KEPT = 1000   # list_workers shows the last ones that ended, as Ray keeps dead workers
 
 
 class _Resignal:
@@ -107,6 +108,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         self.named: dict[tuple[str, str], int] = {}   # (namespace, name) -> actor id
         self.task_events = TaskEvents()   # what tasks did, for the state API and timeline()
         self.dirty_channels: set[Channel] = set()
+        self.dead_workers: deque = deque(maxlen=DEAD_WORKERS_KEPT)   # (index, pid, exit type, detail,
+                                                                      #  launched, ended)
         self._init_readers()
         self._worker_index = itertools.count(1)
         self.stopping = False
@@ -543,6 +546,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
             return self._finish(spec, error)
         if w.next is spec:
             return self._recall(w)
+        if force:
+            w.exit_cause = ("INTENDED_USER_EXIT", f"ray.cancel(force=True) of {spec.name} killed it")
         self._signal(w, signal.SIGKILL if force else signal.SIGINT)
         if not force:
             self.table.add_timer(RESIGNAL_S[0], _Resignal(self, w, spec))
@@ -633,11 +638,15 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
 
     def _retire(self, w: WorkerProc) -> None:
         w.retiring = True
+        w.exit_cause = ("INTENDED_SYSTEM_EXIT", "raylite ended it: idle, or its max_calls reached")
         self._send(w, ("exit",))
 
     def _worker_gone(self, w: WorkerProc) -> None:
         if w.early_output:   # it died before its hello was read: print what it wrote all the same
             self.emit_early_output(w)
+        if not self.stopping:
+            kind, why = w.exit_cause or ("SYSTEM_ERROR", "the worker process died unexpectedly")
+            self.dead_workers.append((w.index, w.pid, kind, why, w.launched, time.time()))
         if not w.retiring and not self.stopping:
             self._owner_died(w)
         if w.index not in self.readers:   # else a thread has it on loan (raylite.core.reader)
@@ -775,6 +784,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         if w.actor is not None:
             w.actor.restarts_left = 0
             w.actor.error = why
+            w.exit_cause = ("INTENDED_USER_EXIT", why)
 
     def _msg_released(self, w: WorkerProc, names: list) -> None:
         for name in names:

@@ -226,10 +226,20 @@ def objects(node, detail: bool) -> list[dict]:
 
 
 def workers(node, detail: bool) -> list[dict]:
-    """The driver, then every worker process alive."""
-    procs = [(0, "DRIVER", os.getpid())] + [(w.index, "WORKER", w.pid) for w in node.workers.values()]
-    return [{"worker_id": _hex(index, 16), "is_alive": True, "worker_type": kind, "exit_type": None,
-             "node_id": node.node_id, "ip": NODE_IP, "pid": pid or 0} for index, kind, pid in procs]
+    """The driver, every worker process alive, then the last ones that ended (newest last)."""
+    procs = ([(0, "DRIVER", os.getpid(), None, None, node.task_events.started_at, None)]
+             + [(w.index, "WORKER", w.pid, None, None, w.launched, None) for w in node.workers.values()]
+             + [(index, "WORKER", pid, kind, why, launched, ended)
+                for index, pid, kind, why, launched, ended in node.dead_workers])
+    rows = []
+    for index, kind, pid, exit_type, why, started, ended in procs:
+        row = {"worker_id": _hex(index, 16), "is_alive": ended is None, "worker_type": kind,
+               "exit_type": exit_type, "node_id": node.node_id, "ip": NODE_IP, "pid": pid or 0}
+        if detail:
+            row.update(exit_detail=why, worker_launch_time_ms=_ms(started), worker_launched_time_ms=_ms(started),
+                       start_time_ms=_ms(started), end_time_ms=_ms(ended) if ended is not None else 0)
+        rows.append(row)
+    return rows
 
 
 def nodes(node, detail: bool) -> list[dict]:

@@ -202,7 +202,8 @@ list_tasks = _lister("tasks", TaskState, "list_tasks", "Tasks, actor creations a
 list_objects = _lister("objects", ObjectState, "list_objects", "Objects in the object table: size in bytes, "
                        "producing task's status, ref count.")
 list_nodes = _lister("nodes", NodeState, "list_nodes", "The one local node.")
-list_workers = _lister("workers", WorkerState, "list_workers", "The driver and the worker processes alive.")
+list_workers = _lister("workers", WorkerState, "list_workers", "The driver, the worker processes alive, and the "
+                       "last 1,000 that ended (is_alive False, with Ray's exit_type; exit_detail with detail=True).")
 list_placement_groups = _lister("placement_groups", PlacementGroupState, "list_placement_groups",
                                 "Placement groups, with their bundles and state.")
 list_jobs = _lister("jobs", JobState, "list_jobs", "The one job: this driver's (type DRIVER, status RUNNING).")

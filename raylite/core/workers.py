@@ -1,6 +1,7 @@
 """Records the node manager keeps: worker processes, actors, object entries and waiters."""
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from raylite.core.protocol import Channel, TaskSpec
@@ -11,7 +12,7 @@ class WorkerProc:
 
     __slots__ = ("index", "chan", "key", "out_fd", "err_fd", "pid", "task", "alloc", "actor", "name",
                  "calls", "max_calls", "blocked", "functions", "signal_on_hello", "partial", "next", "started",
-                 "recalling", "retiring", "early_output")
+                 "recalling", "retiring", "early_output", "exit_cause", "launched")
 
     def __init__(self, index: int, chan: Channel, key: tuple, out_fd: int, err_fd: int):
         self.index, self.chan, self.key = index, chan, key
@@ -32,6 +33,8 @@ class WorkerProc:
         self.recalling = False                # asked for `next` back (it blocked in get)
         self.retiring = False                 # told to exit: its end is no crash
         self.early_output: list = []          # (stream, lines) it wrote before its pid was known
+        self.exit_cause: tuple | None = None  # (Ray's exit type, detail) once its end was asked for
+        self.launched = time.time()
 
 
 class Actor:
