@@ -20,6 +20,10 @@ def test_as_completed_yields_results_as_they_finish(ray_start):
     assert set(got) == set(refs)
     with pytest.raises(ValueError, match="chunk_size"):
         list(ray.util.as_completed(refs, chunk_size=0))
+    for helper in (lambda: ray.util.as_completed(refs, num_returns=1),
+                   lambda: ray.util.map_unordered(nap, [0.0], num_returns=1)):
+        with pytest.raises(ValueError, match="instead of `num_returns`"):   # Ray's message
+            list(helper())
 
 
 def test_map_unordered_bounds_the_tasks_in_flight(ray_start):

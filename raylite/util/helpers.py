@@ -7,9 +7,14 @@ from typing import Any, Iterable, Iterator, Sequence
 import raylite as ray
 
 
-def _ready_batch(refs: list, chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict) -> tuple[list, list]:
+def _check(chunk_size: int, wait_kwargs: dict) -> None:
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
+    if "num_returns" in wait_kwargs:   # it is chunk_size here, as Ray says
+        raise ValueError("Use the `chunk_size` argument instead of `num_returns`.")
+
+
+def _ready_batch(refs: list, chunk_size: int, yield_obj_refs: bool, wait_kwargs: dict) -> tuple[list, list]:
     ready, rest = ray.wait(refs, num_returns=min(chunk_size, len(refs)), **wait_kwargs)
     return (ready if yield_obj_refs else ray.get(ready)), rest
 
@@ -17,6 +22,7 @@ def _ready_batch(refs: list, chunk_size: int, yield_obj_refs: bool, wait_kwargs:
 def as_completed(refs: Sequence, *, chunk_size: int = 10, yield_obj_refs: bool = False,
                  **wait_kwargs) -> Iterator[Any]:
     """Yield each ref's value (or the ref) as batches of `chunk_size` become ready."""
+    _check(chunk_size, wait_kwargs)
     pending = list(refs)
     while pending:
         done, pending = _ready_batch(pending, chunk_size, yield_obj_refs, wait_kwargs)
@@ -29,6 +35,7 @@ def map_unordered(fn, items: Iterable, *, backpressure_size: int | None = 100, c
     `backpressure_size` tasks submitted and not yet yielded (None: no limit)."""
     if backpressure_size is not None and backpressure_size < 1:
         raise ValueError(f"backpressure_size must be >= 1 or None, got {backpressure_size!r}")
+    _check(chunk_size, wait_kwargs)
     pending: list = []
     for item in items:
         if backpressure_size is not None and len(pending) >= backpressure_size:
