@@ -638,7 +638,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
 
     def _retire(self, w: WorkerProc) -> None:
         w.retiring = True
-        w.exit_cause = ("INTENDED_SYSTEM_EXIT", "raylite ended it: idle, or its max_calls reached")
+        w.exit_cause = ("INTENDED_SYSTEM_EXIT", "its actor ended: no handle left, or it was asked to end"
+                        if w.actor is not None else "raylite ended it: idle, or its max_calls reached")
         self._send(w, ("exit",))
 
     def _worker_gone(self, w: WorkerProc) -> None:
