@@ -241,9 +241,12 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
                 queued(*queued_args)
             if fn is not None:
                 fn(*args)
-            self.table.fire_timers()
-            self._schedule()
-            self._flush()
+            if self.table.timers:
+                self.table.fire_timers()
+            if self.queues or self.groups.pending:   # else nothing could start
+                self._schedule()
+            if self.dirty_channels:
+                self._flush()
             if self.readers:
                 self._wake_readers()
         except Exception:
