@@ -18,6 +18,9 @@ import select
 import selectors
 import socket
 import threading
+import time
+
+from raylite.core.protocol import SPIN_S, spin_on
 
 
 class Reader:
@@ -62,11 +65,14 @@ class ProducerReading:
         try:
             poller.register(sock, select.POLLIN)
             watching_out = False
+            # the first wait polls (see protocol.SPIN_S), unless user threads would compete for the GIL
+            spin = SPIN_S if threading.active_count() <= 2 else 0.0
             while not waiter.done and not self.stopping and w.index in self.workers:
                 if bool(w.chan.wbuf) != watching_out:
                     watching_out = not watching_out
                     poller.modify(sock, select.POLLIN | (select.POLLOUT if watching_out else 0))
-                events = dict(poller.poll())
+                events = dict(_poll(poller, spin))
+                spin = 0.0
                 if events.pop(reader.wake_r.fileno(), 0):
                     _drain(reader.wake_r)
                 if events:   # the worker's socket or pipes: readable, writable, or closed
@@ -172,6 +178,17 @@ class ProducerReading:
             for end in pair:
                 end.close()
         self._spare_wakes.clear()
+
+
+def _poll(poller, spin: float) -> list:
+    """poller.poll(), first polling for `spin` seconds."""
+    if spin:
+        deadline = time.perf_counter() + spin
+        while True:
+            ready = poller.poll(0)
+            if ready or not spin_on(deadline):
+                return ready or poller.poll()
+    return poller.poll()
 
 
 def _drain(sock: socket.socket) -> None:

@@ -15,7 +15,7 @@ from collections import deque
 from raylite import exceptions
 from raylite.core import concurrency, context, objects, remote, serialization, streams
 from raylite.core.segments import mappings
-from raylite.core.protocol import ArgRef, Channel, TaskSpec
+from raylite.core.protocol import SPIN_S, ArgRef, Channel, TaskSpec
 from raylite.core.resources import NodeResources
 
 
@@ -85,7 +85,9 @@ class WorkerClient:
             return self.inbox.popleft()
         with self.lock:
             self._flush_refops()
-        return self.chan.recv()
+        # a single-threaded worker waits for its next task polling first (see protocol.SPIN_S);
+        # with more threads, the polling one would compete for the GIL
+        return self.chan.recv(SPIN_S if threading.active_count() == 1 else 0.0)
 
     # -- the client interface shared with the driver --
     def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
