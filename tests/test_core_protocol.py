@@ -1,6 +1,8 @@
-"""Polling before sleeping (raylite.core.protocol.SPIN_S): a worker waiting for its next task, and a
-driver thread waiting for a result, poll their socket briefly, but only while a CPU is free."""
+"""The wire between the driver and its workers (raylite.core.protocol): task specs survive the
+trip field by field, and polling before sleeping (SPIN_S) -- a worker waiting for its next task and
+a driver thread waiting for a result poll their socket briefly, but only while a CPU is free."""
 import os
+import pickle
 import socket
 import threading
 import time
@@ -8,7 +10,16 @@ import time
 import pytest
 
 from raylite.core import protocol
-from raylite.core.protocol import Channel, encode, spin_on
+from raylite.core.protocol import Channel, TaskSpec, encode, spin_on
+
+
+def test_task_spec_round_trips_every_slot():
+    spec = TaskSpec.__new__(TaskSpec)
+    for i, slot in enumerate(TaskSpec.__slots__):
+        setattr(spec, slot, (slot, i))   # a distinct value per slot: a shifted field shows
+    back = pickle.loads(pickle.dumps(spec, 5))
+    assert type(back) is TaskSpec
+    assert {s: getattr(back, s) for s in TaskSpec.__slots__} == {s: (s, i) for i, s in enumerate(TaskSpec.__slots__)}
 
 
 @pytest.fixture
