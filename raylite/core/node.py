@@ -97,6 +97,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         self.workers: dict[int, WorkerProc] = {}
         self.idle: dict[tuple, list[WorkerProc]] = {}
         self.queues: dict[tuple, deque[TaskSpec]] = {}
+        self._feasible_seen: dict[int, tuple[dict, bool]] = {}   # see _feasible
         self.producers: dict[int, TaskSpec] = {}   # first return id -> pending or running task
         self.holding: set[int] = set()             # tasks whose arguments still hold their refs
         self.cancelled: set[int] = set()
@@ -279,12 +280,14 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
             self.producers[spec.return_ids[0]] = spec
         if spec.stream:
             self.table.streams[spec.return_ids[0]] = streams.Stream()
-        lost = next((dep for dep in spec.deps if dep not in self.table.objects), None)
-        if lost is not None:
-            return self._finish(spec, error_value(exceptions.ObjectLostError(
-                f"argument {lost:028x} of {spec.name} was freed before the task ran")))
-        self.table.hold(spec.deps)
-        self.table.hold(spec.args.refs)
+        if spec.deps:
+            lost = next((dep for dep in spec.deps if dep not in self.table.objects), None)
+            if lost is not None:
+                return self._finish(spec, error_value(exceptions.ObjectLostError(
+                    f"argument {lost:028x} of {spec.name} was freed before the task ran")))
+            self.table.hold(spec.deps)
+        if spec.args.refs:
+            self.table.hold(spec.args.refs)
         self.holding.add(spec.task_id)
         if spec.kind == "actor_call":
             actor = self.actors.get(spec.actor_id)
@@ -303,7 +306,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         if spec.placement is not None:
             why = self.groups.fits(spec.placement, spec.request)
             message = f"{spec.name} can never be scheduled: {why}" if why else None
-        elif not self.res.feasible(request):
+        elif not self._feasible(request):
             message = (f"{spec.name} asks for {self.res.describe(request)} but this node has "
                        f"{self.res.describe(self.res.total)}; it can never be scheduled")
         if message:
@@ -312,7 +315,10 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
             if spec.kind == "actor_create":
                 self.actors[spec.actor_id].state, self.actors[spec.actor_id].error = "DEAD", message
             return self._drop_args(spec)   # it never runs
-        self._when_deps_ready(spec, lambda: self._enqueue(spec))
+        if spec.deps:
+            self._when_deps_ready(spec, lambda: self._enqueue(spec))
+        else:
+            self._enqueue(spec)
 
     def _when_deps_ready(self, spec: TaskSpec, then) -> None:
         missing = self.table.missing(spec.deps)
@@ -330,6 +336,18 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
                 return
             then()
         self.table.add_waiter(Waiter(resolved), missing, None)
+
+    def _feasible(self, request: dict) -> bool:
+        """res.feasible, remembered per request dict: every call of a remote function shares its
+        function's dict (a copy of the totals' keys never changes while the node lives)."""
+        known = self._feasible_seen.get(id(request))
+        if known is not None and known[0] is request:
+            return known[1]
+        ok = self.res.feasible(request)
+        if len(self._feasible_seen) > 1024:
+            self._feasible_seen.clear()
+        self._feasible_seen[id(request)] = (request, ok)
+        return ok
 
     def _enqueue(self, spec: TaskSpec) -> None:
         if spec.task_id in self.cancelled:

@@ -106,7 +106,8 @@ class ObjectTable:
             segments.unlink_segments(name for name, _ in value.segments())
             return
         entry.value = value
-        self.hold(value.refs)
+        if value.refs:
+            self.hold(value.refs)
         waiters, entry.waiters = entry.waiters, []
         for waiter in waiters:
             waiter.hit()
