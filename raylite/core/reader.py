@@ -26,15 +26,16 @@ from raylite.core.protocol import SPIN_S, spin_on
 class Reader:
     """A worker's socket (and output pipes) on loan to the thread `thread`, until `waiter` fires."""
 
-    __slots__ = ("worker", "waiter", "key", "pipes", "thread", "wake_r", "wake_w")
+    __slots__ = ("worker", "waiter", "key", "pipes", "thread", "wake_r", "wake_w", "moved")
 
     def __init__(self, worker, waiter, key, pipes: dict, thread: int, wake: tuple):
         self.worker, self.waiter, self.key, self.pipes, self.thread = worker, waiter, key, pipes, thread
         self.wake_r, self.wake_w = wake
+        self.moved = False   # the task went to another worker before this one started (see Node._take_held)
 
     def needs_reader(self, stopping: bool, workers: dict) -> bool:
         w = self.worker
-        return self.waiter.done or stopping or w.index not in workers or bool(w.chan.wbuf)
+        return self.waiter.done or stopping or self.moved or w.index not in workers or bool(w.chan.wbuf)
 
 
 class ProducerReading:
@@ -49,14 +50,18 @@ class ProducerReading:
         """Serve the one worker that produces what `waiter` (registered on ids) lacks, from the
         calling thread, until the waiter fires; return at once when there is no such worker (or
         the node is busy), and the caller blocks as before."""
+        while self._read_producer_once(waiter, ids):
+            pass   # the task moved to another worker: read that one
+
+    def _read_producer_once(self, waiter, ids) -> bool:
         if waiter.done or not self.lock.acquire(False):
-            return
+            return False
         try:
             reader = self._borrow(waiter, ids)
         finally:
             self.lock.release()
         if reader is None:
-            return
+            return False
         w, sock = reader.worker, reader.worker.chan.sock
         poller = select.poll()   # not select(): no limit on descriptor numbers
         poller.register(reader.wake_r, select.POLLIN)
@@ -67,7 +72,7 @@ class ProducerReading:
             watching_out = False
             # the first wait polls (see protocol.SPIN_S), unless user threads would compete for the GIL
             spin = SPIN_S if threading.active_count() <= 2 else 0.0
-            while not waiter.done and not self.stopping and w.index in self.workers:
+            while not waiter.done and not self.stopping and not reader.moved and w.index in self.workers:
                 if bool(w.chan.wbuf) != watching_out:
                     watching_out = not watching_out
                     poller.modify(sock, select.POLLIN | (select.POLLOUT if watching_out else 0))
@@ -86,6 +91,7 @@ class ProducerReading:
         finally:
             self.lock.acquire()
             self._run_locked(self._give_back, (reader,))
+        return reader.moved and not waiter.done
 
     def _borrow(self, waiter, ids) -> Reader | None:
         if not waiter.armed or waiter.done:   # its registration is still queued for the node thread
