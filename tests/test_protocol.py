@@ -10,7 +10,8 @@ import time
 import pytest
 
 from raylite.core import protocol
-from raylite.core.protocol import Channel, TaskSpec, encode, spin_on
+from raylite.core.protocol import Channel, TaskSpec, encode, spec_from_wire, spec_to_wire, spin_on
+from raylite.core.serialization import Serialized
 
 
 def test_task_spec_round_trips_every_slot():
@@ -28,6 +29,21 @@ def pair():
     yield a, b
     a.close()
     b.close()
+
+
+def test_a_spec_as_plain_data_comes_back_whole():
+    """The "run" message carries a spec as a tuple of plain values (no class for pickle to look up)."""
+    spec = TaskSpec.__new__(TaskSpec)
+    for i, slot in enumerate(TaskSpec.__slots__):
+        setattr(spec, slot, (slot, i))
+    spec.args = Serialized(b"data", (("seg", 4),), True, (7,))
+    wire = pickle.loads(pickle.dumps(spec_to_wire(spec), 5))
+    assert type(wire) is tuple and b"Serialized" not in pickle.dumps(wire, 5)
+    back = spec_from_wire(wire, Serialized)
+    for slot in TaskSpec.__slots__:
+        if slot != "args":
+            assert getattr(back, slot) == getattr(spec, slot), slot
+    assert (back.args.data, back.args.buffers, back.args.is_error, back.args.refs) == (b"data", (("seg", 4),), True, (7,))
 
 
 def test_recv_with_spin_gets_a_message_sent_while_polling(pair):

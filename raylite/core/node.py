@@ -24,8 +24,8 @@ from raylite.core.actors import ActorLifecycle
 from raylite.core.object_table import ObjectTable
 from raylite.core.output import WorkerOutput
 from raylite.core.reader import ProducerReading
-from raylite.core.protocol import Channel, TaskSpec
-from raylite.core.serialization import error_value
+from raylite.core.protocol import Channel, TaskSpec, spec_to_wire
+from raylite.core.serialization import Serialized, error_value
 from raylite.core.resources import SCALE, NodeResources, from_fixed
 from raylite.core.workers import Actor, Waiter, WorkerProc
 from raylite.core.zygote import Zygote
@@ -551,7 +551,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         alloc = w.alloc
         assigned = {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {}
         accel = {r: list(ids) for r, ids in alloc.device_ids.items() if ids} if alloc else {}
-        self._send(w, ("run", spec, fn_bytes, deps, assigned, accel))
+        self._send(w, ("run", spec_to_wire(spec), fn_bytes, {d: v.wire() for d, v in deps.items()} if deps else deps,
+                       assigned, accel))
         self.task_events.sent(spec, w)
 
     def _finish(self, spec: TaskSpec, results) -> None:
@@ -772,6 +773,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
             self._run_on(w, w.task)
 
     def _msg_done(self, w: WorkerProc, task_id: int, results: list, retry: bool = False) -> None:
+        results = [Serialized(*r) for r in results]   # sent as plain data (see worker finish)
         if w.actor is not None:
             actor = w.actor
             spec = actor.inflight.pop(task_id, None)

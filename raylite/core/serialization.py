@@ -35,6 +35,11 @@ class Serialized:
             return (Serialized, (self.data, self.buffers, self.is_error, self.refs))
         return (Serialized, (self.data, self.buffers, self.is_error))
 
+    def wire(self) -> tuple:
+        """As plain data, for the messages every task sends (see protocol.spec_to_wire):
+        `Serialized(*ser.wire())` is the same value."""
+        return (self.data, self.buffers, self.is_error, self.refs)
+
     def segments(self) -> list[tuple[str, int]]:
         """(name, size) of the shared-memory buffers."""
         return [b for b in self.buffers if isinstance(b, tuple)]

@@ -15,7 +15,7 @@ from collections import deque
 from raylite import exceptions
 from raylite.core import concurrency, context, objects, remote, serialization, streams
 from raylite.core.segments import mappings
-from raylite.core.protocol import SPIN_S, ArgRef, Channel, TaskSpec
+from raylite.core.protocol import SPIN_S, ArgRef, Channel, TaskSpec, spec_from_wire
 from raylite.core.resources import NodeResources
 
 
@@ -58,7 +58,7 @@ class WorkerClient:
             self._flush_refops()
             self.chan.send((msg_kind, req) + args)
             while True:
-                msg = self.chan.recv()
+                msg = _incoming(self.chan.recv())
                 if msg is None:
                     os._exit(1)  # the driver is gone
                 if msg[0] == "reply" and msg[1] == req:
@@ -87,7 +87,7 @@ class WorkerClient:
             self._flush_refops()
         # a single-threaded worker waits for its next task polling first (see protocol.SPIN_S);
         # with more threads, the polling one would compete for the GIL
-        return self.chan.recv(SPIN_S if threading.active_count() == 1 else 0.0)
+        return _incoming(self.chan.recv(SPIN_S if threading.active_count() == 1 else 0.0))
 
     # -- the client interface shared with the driver --
     def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
@@ -287,7 +287,8 @@ class _Executor:
         context.forget_cancelled(spec.task_id)
         sys.stdout.flush()
         sys.stderr.flush()
-        self.client.send(("done", spec.task_id, results, True) if retry else ("done", spec.task_id, results))
+        wired = [r.wire() for r in results]   # plain data: see protocol.spec_to_wire
+        self.client.send(("done", spec.task_id, wired, True) if retry else ("done", spec.task_id, wired))
 
     def _call(self, spec: TaskSpec, deps: dict):
         args, kwargs = self.arguments(spec, deps)
@@ -394,6 +395,15 @@ class _Executor:
             raise ValueError(f"{spec.name} declared num_returns={n} but its generator yielded "
                              f"{'more' if len(out) > n else len(out)} values")
         return out
+
+
+def _incoming(msg):
+    """A message as read; a "run" comes as plain data (protocol.spec_to_wire): rebuild it."""
+    if msg is not None and msg[0] == "run":
+        deps = msg[3]
+        return ("run", spec_from_wire(msg[1], serialization.Serialized), msg[2],
+                {d: serialization.Serialized(*v) for d, v in deps.items()} if deps else deps, msg[4], msg[5])
+    return msg
 
 
 def _safe_repr(obj, limit: int = 200) -> str:
