@@ -104,7 +104,8 @@ def _client():
 def _pack_args(name: str, args: tuple, kwargs: dict, prefix: str):
     """Serialize arguments, swapping top-level ObjectRefs for placeholders the worker resolves."""
     deps = []
-    if any(type(a) is ObjectRef for a in args) or any(type(v) is ObjectRef for v in kwargs.values()):
+    if (args or kwargs) and (any(type(a) is ObjectRef for a in args)
+                             or any(type(v) is ObjectRef for v in kwargs.values())):
         def swap(v):
             if type(v) is ObjectRef:
                 deps.append(v.id)
@@ -133,9 +134,16 @@ def _pickled(obj, name: str) -> bytes:
     return data
 
 
-def _warn_if_infeasible(client, name: str, request: dict) -> None:
+def _warn_if_infeasible(client, name: str, request: dict, holder=None) -> None:
+    """Warn at submission, as Ray does; `holder` (a remote function submitting with its own
+    options, whose request never changes) remembers the model it was found feasible on."""
     model = client.resources_model
-    if not model.feasible(request):
+    if holder is not None and holder.__dict__.get("_feasible_on") is model:
+        return
+    if model.feasible(request):
+        if holder is not None:
+            holder._feasible_on = model
+    else:
         warnings.warn(f"{name} asks for {model.describe(request)} but this node only has "
                       f"{model.describe(model.total)}; it will never be scheduled and get() on it "
                       f"raises InfeasibleTaskError.", UserWarning, stacklevel=4)
@@ -147,6 +155,8 @@ def _uses_accelerators(request: dict) -> bool:
 
 def _returns(num_returns) -> tuple[tuple, str | None]:
     """Return ids for num_returns, and the generator mode if it names one."""
+    if num_returns == 1:
+        return (next_id(),), None
     if num_returns in streams.MODES:
         return (next_id(),), num_returns
     return tuple(next_id() for _ in range(num_returns)), None
@@ -182,8 +192,10 @@ def _refs(spec: TaskSpec):
     ObjectRefGenerator for a streaming generator."""
     if spec.stream == "streaming":
         return streams.ObjectRefGenerator(ObjectRef(spec.return_ids[0], True))
-    refs = [ObjectRef(i, True) for i in spec.return_ids]
-    return refs[0] if len(refs) == 1 else (refs or None)
+    ids = spec.return_ids
+    if len(ids) == 1:
+        return ObjectRef(ids[0], True)
+    return [ObjectRef(i, True) for i in ids] or None
 
 
 def _bind(self, *args, **kwargs):
@@ -255,7 +267,7 @@ class RemoteFunction:
                         runtime_env=_env(options, name, holder or self), placement=_placement(options),
                         stream=stream, retry_exceptions=(self._retry_on if options is self._options
                                                          else _retry_on(options.get("retry_exceptions", False))))
-        _warn_if_infeasible(client, name, request)
+        _warn_if_infeasible(client, name, request, self if request is self._request else None)
         client.submit(spec, self._bytes)
         return _refs(spec)
 
