@@ -340,8 +340,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         self.table.add_waiter(Waiter(resolved), missing, None)
 
     def _feasible(self, request: dict) -> bool:
-        """res.feasible, remembered per request dict: every call of a remote function shares its
-        function's dict (a copy of the totals' keys never changes while the node lives)."""
+        """res.feasible, remembered per request dict: the calls of one remote function share its
+        dict, and what this node has never changes while it runs."""
         known = self._feasible_seen.get(id(request))
         if known is not None and known[0] is request:
             return known[1]
@@ -520,18 +520,24 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
                 victim = v
         if victim is None:
             return False
-        spec, alloc = victim.task, victim.alloc
-        del self.held[victim.index]
+        spec, alloc = self._unhold(victim)
         reader = self.readers.get(victim.index)
         if reader is not None:   # a thread waits reading the victim: it moves to w (raylite.core.reader)
             reader.moved = True
-        victim.task = victim.alloc = None
-        victim.max_calls, victim.name = 0, "worker"
-        self._to_idle(victim)
         w.task, w.alloc, w.name, w.max_calls = spec, alloc, spec.name, spec.max_calls
         w.started = time.monotonic()
         self._run_on(w, spec)
         return True
+
+    def _unhold(self, w: WorkerProc) -> tuple:
+        """Take its held task (and the resources it holds) from a starting worker, which then
+        joins the idle ones."""
+        spec, alloc = w.task, w.alloc
+        del self.held[w.index]
+        w.task = w.alloc = None
+        w.max_calls, w.name = 0, "worker"
+        self._to_idle(w)
+        return spec, alloc
 
     def _to_idle(self, w: WorkerProc) -> None:
         pool = self.idle.setdefault(w.key, [])
@@ -613,10 +619,9 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         w = next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
         if w is None:   # still waiting for its arguments
             return self._finish(spec, error)
-        if self.held.pop(w.index, None) is not None:   # not sent to its starting worker yet
-            w.alloc.pool.release(w.alloc)
-            w.task = w.alloc = None
-            self._to_idle(w)
+        if w.index in self.held:   # not sent to its starting worker yet
+            _, alloc = self._unhold(w)
+            alloc.pool.release(alloc)
             return self._finish(spec, error)
         if w.next is spec:
             return self._recall(w)
