@@ -31,12 +31,12 @@ class Zygote:
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p])
         env.pop("PYTHONDONTWRITEBYTECODE", None)   # the zygote's start is on the first task's path
         os.set_inheritable(child.fileno(), True)
-        # -P (3.11+): -m would put the working directory first on sys.path, where another raylite (or a
+        # -P (3.11+): -c would put the working directory first on sys.path, where another raylite (or a
         # module named like one of the stdlib's) would shadow the one the driver imported
         safe_path = ["-P"] if sys.version_info >= (3, 11) else []
         try:   # posix_spawn: no fork of this (threaded) process, and cheaper than subprocess
             self.pid = os.posix_spawn(
-                sys.executable, [sys.executable, *safe_path, "-m", "raylite.core.zygote", str(child.fileno()), session],
+                sys.executable, [sys.executable, *safe_path, "-c", _MAIN, str(child.fileno()), session],
                 env, setsid=True, file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
         finally:
             child.close()
@@ -54,7 +54,7 @@ class Zygote:
         finally:
             self.sock.settimeout(None)
         if msg != b"ready":
-            raise RuntimeError(f"raylite: the worker zygote ({sys.executable} -m raylite.core.zygote) exited "
+            raise RuntimeError(f"raylite: the worker zygote ({sys.executable} -c {_MAIN!r}) exited "
                                "while starting, so no worker can run; its error is printed above")
 
     def fork(self, config: dict, fds: list[int]) -> None:
@@ -176,6 +176,14 @@ def _exists(pid: int) -> bool:
         return False
 
 
+def main() -> None:
+    """`python -c _MAIN <socket fd> <session>`: -c, not -m, whose runpy and importlib.util cost
+    the zygote's start (on the first task's path) 5 ms more here."""
+    with socket.socket(fileno=int(sys.argv[1])) as driver:
+        _serve(driver, sys.argv[2])
+
+
+_MAIN = "from raylite.core.zygote import main; main()"
+
 if __name__ == "__main__":
-    with socket.socket(fileno=int(sys.argv[1])) as _driver:
-        _serve(_driver, sys.argv[2])
+    main()
