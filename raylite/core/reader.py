@@ -8,9 +8,11 @@ worker's socket out of the node's selector and serves it itself, under the node 
 code, until the waiter fires; then it hands the socket back. It takes the worker's stdout and stderr
 pipes along, so that the worker's output and messages are handled in one thread, in their order
 (an actor's `__repr__` names the output after it; what a task prints before it returns is printed
-before the get returns). Whoever else fires the
-waiter (the node thread: a timeout, a result from elsewhere; another thread), ends the worker, or
-leaves bytes for it unsent, wakes the reading thread through the reader's own socket pair.
+before the get returns). Whoever else fires the waiter (the node thread: a timeout, a result from
+elsewhere; another thread), ends the worker, leaves bytes for it unsent, or gives its task to
+another worker before it started (Node._take_held: the reader then follows the task), wakes the
+reading thread through the reader's own socket pair. The first wait polls before it sleeps (see
+protocol.SPIN_S).
 """
 from __future__ import annotations
 
