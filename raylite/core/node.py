@@ -775,6 +775,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         if w.signal_on_hello:
             self._signal(w, w.signal_on_hello)
         if self.held.pop(w.index, None) is not None:   # nobody took its task meanwhile
+            w.started = time.monotonic()
             self._run_on(w, w.task)
 
     def _msg_done(self, w: WorkerProc, task_id: int, results: list, retry: bool = False) -> None:
