@@ -1,31 +1,80 @@
-"""raylite: Ray's API for one machine, starting in milliseconds. Use as `import raylite as ray`."""
+"""raylite: Ray's API for one machine, starting in milliseconds. Use as `import raylite as ray`.
+
+``import raylite`` imports almost nothing: each public name is imported on first use, so that
+``ray.init()`` can start the worker zygote (about 0.1 s of Python start and imports) before the
+driver imports the runtime, and the two run side by side.
+"""
+import os
+import sys
+
 from raylite import exceptions
-from raylite.core.api import (available_resources, cancel, cluster_resources, get, get_actor, get_gpu_ids,
-                              init, is_initialized, kill, nodes, put, remote, shutdown, wait)
-from raylite.core.context import get_runtime_context
-from raylite.core.objects import ObjectRef
-from raylite.core.remote import ActorClass, ActorHandle, method
-from raylite.core.streams import DynamicObjectRefGenerator, ObjectRefGenerator
 
 __version__ = "0.1.0"
 
-__all__ = ["ActorClass", "ActorHandle", "DynamicObjectRefGenerator", "ObjectRef", "ObjectRefGenerator",
-           "LoggingConfig", "available_resources", "cancel", "cluster_resources",
-           "exceptions", "get", "get_actor", "get_gpu_ids", "get_runtime_context", "init", "is_initialized",
-           "kill", "method", "nodes", "put", "remote", "shutdown", "timeline", "wait"]
+# where each public name lives
+_HOMES = {
+    **dict.fromkeys(("available_resources", "cancel", "cluster_resources", "get", "get_actor", "get_gpu_ids",
+                     "is_initialized", "kill", "nodes", "put", "remote", "shutdown", "wait"), "raylite.core.api"),
+    "get_runtime_context": "raylite.core.context",
+    "ObjectRef": "raylite.core.objects",
+    "ActorClass": "raylite.core.remote", "ActorHandle": "raylite.core.remote", "method": "raylite.core.remote",
+    "DynamicObjectRefGenerator": "raylite.core.streams", "ObjectRefGenerator": "raylite.core.streams",
+    "timeline": "raylite.core.state_api",
+    "LoggingConfig": "raylite.core.logging_config",
+}
+_SUBMODULES = ("util", "actor", "runtime_env", "cloudpickle", "dag")
+
+__all__ = ["exceptions", "init", *_HOMES]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:   # what static analysers see
+    from raylite.core.api import (available_resources, cancel, cluster_resources, get, get_actor, get_gpu_ids,
+                                  is_initialized, kill, nodes, put, remote, shutdown, wait)
+    from raylite.core.context import get_runtime_context
+    from raylite.core.logging_config import LoggingConfig
+    from raylite.core.objects import ObjectRef
+    from raylite.core.remote import ActorClass, ActorHandle, method
+    from raylite.core.state_api import timeline
+    from raylite.core.streams import DynamicObjectRefGenerator, ObjectRefGenerator
+
+
+def init(address: str | None = None, **kwargs):
+    """Ray's ``ray.init``; its arguments are those of :func:`raylite.core.api.init`.
+
+    The first call in a process starts the worker zygote before importing the runtime, so the
+    zygote's start overlaps the driver's imports instead of following them."""
+    zygote = None
+    if "raylite.core.api" not in sys.modules and _local(address, kwargs.get("backend")):
+        from raylite.core.zygote import Zygote
+        zygote = Zygote()
+    from raylite.core.api import init as start   # closes the zygote if it goes unused
+    try:
+        return start(address, _zygote=zygote, **kwargs)
+    except BaseException:   # also a TypeError before start() ran (an unknown keyword)
+        if zygote is not None:
+            zygote.close()
+        raise
+
+
+def _local(address, backend) -> bool:
+    """Whether init() will run the local runtime (api.init decides for sure; this only guesses)."""
+    if address is None and backend is None:
+        address = os.environ.get("RAY_ADDRESS") or None
+    return address in (None, "local") and backend in (None, "local")
 
 
 def __getattr__(name: str):
-    """``ray.util`` (``ray.util.ActorPool``, ...), ``ray.actor``, ``ray.runtime_env``,
-    ``ray.cloudpickle``, ``ray.dag``, ``ray.timeline`` and ``ray.LoggingConfig`` without importing
-    them at ``import raylite``."""
-    if name in ("util", "actor", "runtime_env", "cloudpickle", "dag"):
+    home = _HOMES.get(name)
+    if home is not None:
+        import importlib
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value   # once: later lookups are plain attribute reads
+        return value
+    if name in _SUBMODULES:   # ray.util (ray.util.ActorPool, ...), ray.actor, ray.dag, ...
         import importlib
         return importlib.import_module(f"raylite.{name}")
-    if name == "timeline":   # a reader, like the state API: imported when first used
-        from raylite.core.state_api import timeline
-        return timeline
-    if name == "LoggingConfig":
-        from raylite.core.logging_config import LoggingConfig
-        return LoggingConfig
     raise AttributeError(f"module 'raylite' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES, *_SUBMODULES})

@@ -6,6 +6,7 @@ shutdown()/interpreter exit/Ctrl-C/SIGKILL of the driver leave no workers (and
 no /dev/shm segments) behind, and nothing listens on a non-loopback socket.
 """
 
+import json
 import logging
 import os
 import signal
@@ -74,6 +75,61 @@ def test_init_unknown_kwarg_is_type_error():
     with pytest.raises(TypeError, match="definitely_not_an_init_option"):
         ray.init(num_cpus=1, definitely_not_an_init_option=True)
     assert not ray.is_initialized()
+
+
+_FRESH_DRIVER = r"""
+import json, os, sys
+import raylite as ray
+out = {"lazy": sorted(m for m in ("raylite.core.api", "cloudpickle", "socket") if m in sys.modules)}
+
+def children():
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[1]) == os.getpid():
+            found.append(int(entry))
+    return found
+
+for bad in ({"num_cpus": 1, "definitely_bogus": 1}, {"num_cpus": "x"}):
+    try:
+        ray.init(**bad)
+    except (TypeError, ValueError) as e:
+        out.setdefault("errors", []).append(f"{type(e).__name__}: {e}")
+    out.setdefault("children_after_error", []).append(children())
+try:
+    ray.init(4)
+except TypeError as e:
+    out["positional_number"] = str(e)
+ray.init("local", num_cpus=1)
+out["task"] = ray.get(ray.remote(lambda: 6 * 7).remote())
+out["children_running"] = len(children())
+ray.shutdown()
+out["children_after_shutdown"] = children()
+print(json.dumps(out))
+"""
+
+
+def test_init_in_a_fresh_driver_starts_the_zygote_early_and_cleans_up_after_errors(tmp_path):
+    """In a fresh process `import raylite` imports no runtime, and init() starts the zygote before
+    importing it. An init() that fails (an unknown keyword, a bad value) leaves no zygote behind
+    and prints nothing from it; init()'s one positional argument is Ray's address."""
+    out = subprocess.run([sys.executable, "-c", _FRESH_DRIVER], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stderr == ""   # no traceback from a zygote whose init() failed
+    result = json.loads(out.stdout)
+    assert result["lazy"] == []
+    assert "definitely_bogus" in result["errors"][0] and result["errors"][0].startswith("TypeError")
+    assert result["errors"][1] == "ValueError: num_cpus must be a number, got 'x'"
+    assert result["children_after_error"] == [[], []]
+    assert "address=4" in result["positional_number"] and "num_cpus=" in result["positional_number"]
+    assert result["task"] == 42
+    assert result["children_running"] >= 1   # the zygote
+    assert result["children_after_shutdown"] == []
 
 
 def test_first_remote_call_auto_initializes():

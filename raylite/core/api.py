@@ -42,50 +42,58 @@ def _memory_bytes() -> int:
     return 8 << 30
 
 
-def init(num_cpus: float | None = None, num_gpus: float | None = None, resources: dict | None = None,
-         object_store_memory: int | None = None, *, address: str | None = None, local_mode: bool = False,
+def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus: float | None = None,
+         resources: dict | None = None, object_store_memory: int | None = None, local_mode: bool = False,
          ignore_reinit_error: bool = False, include_dashboard: bool | None = None,
          dashboard_host: str | None = None, dashboard_port: int | None = None, logging_level=None,
          logging_format=None, log_to_driver: bool = True, namespace: str | None = None,
          runtime_env: dict | None = None, configure_logging: bool = True, job_config=None,
          _temp_dir: str | None = None, _system_config: dict | None = None,
-         _memory: int | None = None, backend: str | None = None, logging_config=None, labels: dict | None = None):
+         _memory: int | None = None, backend: str | None = None, logging_config=None, labels: dict | None = None,
+         _zygote=None):
     """Start the local runtime (a node manager thread in this process and a zygote for workers),
-    or, given an address, ``backend="ray"`` or ``RAY_ADDRESS``, connect to a Ray cluster instead."""
+    or, given an address, ``backend="ray"`` or ``RAY_ADDRESS``, connect to a Ray cluster instead.
+
+    ``_zygote``: one raylite.init() started ahead; it is closed here unless the runtime adopts it."""
     global _node
-    with _lock:
-        if process.client is not None or process.ray is not None or ray_backend.attach():
-            if ignore_reinit_error:   # also true inside tasks and actors
-                return _context()
-            raise RuntimeError("Maybe you called ray.init twice by accident? This error can be suppressed "
-                               "by passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' "
-                               "prior to 'ray.init()'.")
-        if _use_ray(address, backend):
-            return ray_backend.connect(
-                address if address is not None else os.environ.get("RAY_ADDRESS") or None,
-                ignore_reinit_error, log_to_driver, configure_logging, num_cpus=num_cpus, num_gpus=num_gpus,
-                resources=resources, object_store_memory=object_store_memory, namespace=namespace,
-                runtime_env=runtime_env, logging_level=logging_level, logging_format=logging_format,
-                include_dashboard=include_dashboard, dashboard_host=dashboard_host, dashboard_port=dashboard_port,
-                job_config=job_config, _temp_dir=_temp_dir, _system_config=_system_config, _memory=_memory,
-                **({"logging_config": logging_config} if logging_config is not None else {}),
-                **({"labels": labels} if labels is not None else {}))
-        from raylite.core import runtime_env as runtime_envs
-        from raylite.core.zygote import Zygote
-        job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
-        if namespace is not None and (not isinstance(namespace, str) or not namespace):
-            raise ValueError(f"namespace must be a non-empty string (or None), got namespace={namespace!r}")
-        if logging_config is not None:
-            from raylite.core.logging_config import LoggingConfig
-            if not isinstance(logging_config, LoggingConfig):
-                raise TypeError(f"logging_config must be a ray.LoggingConfig, got {type(logging_config).__name__}")
-        if local_mode:
-            import warnings
-            warnings.warn("init(local_mode=True) is not supported (Ray deprecated it): tasks and actors run in "
-                          "worker processes as usual", stacklevel=2)
-        session = f"{os.getpid()}-{os.urandom(4).hex()}"
-        zygote = Zygote(session)   # first: its start overlaps everything below
-        try:
+    zygote = _zygote
+    try:
+        if address is not None and not isinstance(address, str):   # init(4) meaning num_cpus=4
+            raise TypeError(f"init()'s first argument is Ray's address ('auto', 'ray://host:10001', ...), "
+                            f"got address={address!r}; pass num_cpus=... and the others by keyword")
+        with _lock:
+            if process.client is not None or process.ray is not None or ray_backend.attach():
+                if ignore_reinit_error:   # also true inside tasks and actors
+                    return _context()
+                raise RuntimeError("Maybe you called ray.init twice by accident? This error can be suppressed "
+                                   "by passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' "
+                                   "prior to 'ray.init()'.")
+            if _use_ray(address, backend):
+                return ray_backend.connect(
+                    address if address is not None else os.environ.get("RAY_ADDRESS") or None,
+                    ignore_reinit_error, log_to_driver, configure_logging, num_cpus=num_cpus, num_gpus=num_gpus,
+                    resources=resources, object_store_memory=object_store_memory, namespace=namespace,
+                    runtime_env=runtime_env, logging_level=logging_level, logging_format=logging_format,
+                    include_dashboard=include_dashboard, dashboard_host=dashboard_host,
+                    dashboard_port=dashboard_port, job_config=job_config, _temp_dir=_temp_dir,
+                    _system_config=_system_config, _memory=_memory,
+                    **({"logging_config": logging_config} if logging_config is not None else {}),
+                    **({"labels": labels} if labels is not None else {}))
+            from raylite.core import runtime_env as runtime_envs
+            from raylite.core.zygote import Zygote
+            job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
+            if namespace is not None and (not isinstance(namespace, str) or not namespace):
+                raise ValueError(f"namespace must be a non-empty string (or None), got namespace={namespace!r}")
+            if logging_config is not None:
+                from raylite.core.logging_config import LoggingConfig
+                if not isinstance(logging_config, LoggingConfig):
+                    raise TypeError(f"logging_config must be a ray.LoggingConfig, got {type(logging_config).__name__}")
+            if local_mode:
+                import warnings
+                warnings.warn("init(local_mode=True) is not supported (Ray deprecated it): tasks and actors run in "
+                              "worker processes as usual", stacklevel=2)
+            if zygote is None:
+                zygote = Zygote()   # first: its start overlaps everything below
             from raylite.core import accelerators
             totals = _node_totals(num_cpus, num_gpus, resources, object_store_memory)
             device_totals, device_ids, _ = accelerators.node_devices(num_gpus, _accelerator_part(resources))
@@ -94,25 +102,26 @@ def init(num_cpus: float | None = None, num_gpus: float | None = None, resources
             from raylite.core.node import Node
             node_id = os.urandom(14).hex()
             namespace = namespace or _anonymous_namespace()
-            log_dir = None if log_to_driver else _log_dir(_temp_dir, session)
-            _node = Node(totals, device_ids, session, node_id, "01000000", zygote, job_env, namespace, log_dir,
-                         logging_config.to_dict() if logging_config is not None else None)
-        except BaseException:
+            log_dir = None if log_to_driver else _log_dir(_temp_dir, zygote.session)
+            _node = Node(totals, device_ids, zygote.session, node_id, "01000000", zygote, job_env, namespace,
+                         log_dir, logging_config.to_dict() if logging_config is not None else None)
+            zygote = None   # the node owns it now
+            try:
+                serialization._pickler()   # the first .remote() needs cloudpickle: import it while the zygote starts
+                _node.zygote.wait_ready()
+            except BaseException:
+                node, _node = _node, None
+                node.shutdown()
+                raise
+            process.client = DriverClient(_node)
+            process.index = 0
+            context.set_process(job_id="01000000", node_id=node_id, worker_id=0, namespace=namespace)
+            if logging_config is not None:
+                logging_config._apply()
+            return _context()
+    finally:
+        if zygote is not None:
             zygote.close()
-            raise
-        try:
-            serialization._pickler()   # the first .remote() needs cloudpickle: import it while the zygote starts
-            zygote.wait_ready()
-        except BaseException:
-            node, _node = _node, None
-            node.shutdown()
-            raise
-        process.client = DriverClient(_node)
-        process.index = 0
-        context.set_process(job_id="01000000", node_id=node_id, worker_id=0, namespace=namespace)
-        if logging_config is not None:
-            logging_config._apply()
-        return _context()
 
 
 def _log_dir(temp_dir: str | None, session: str) -> str:

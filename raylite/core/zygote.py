@@ -9,12 +9,12 @@ shared-memory segments and exits; workers die with the zygote (PR_SET_PDEATHSIG)
 """
 from __future__ import annotations
 
+# only built-in modules here: the driver imports this module before the zygote starts, and
+# `socket`, `signal` and `pickle` cost ~20 ms each to import on a slow machine
 import _signal
+import _socket
 import gc
 import os
-import pickle
-import signal
-import socket
 import sys
 import time
 
@@ -24,8 +24,10 @@ _MAX_REQUEST = 1 << 20
 class Zygote:
     """Driver-side handle: start the zygote and ask it for workers."""
 
-    def __init__(self, session: str):
-        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    def __init__(self, session: str | None = None):
+        self.session = session or f"{os.getpid()}-{os.urandom(4).hex()}"
+        self.ready = False
+        self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p])
@@ -36,7 +38,7 @@ class Zygote:
         safe_path = ["-P"] if sys.version_info >= (3, 11) else []
         try:   # posix_spawn: no fork of this (threaded) process, and cheaper than subprocess
             self.pid = os.posix_spawn(
-                sys.executable, [sys.executable, *safe_path, "-c", _MAIN, str(child.fileno()), session],
+                sys.executable, [sys.executable, *safe_path, "-c", _MAIN, str(child.fileno()), self.session],
                 env, setsid=True, file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
         finally:
             child.close()
@@ -48,7 +50,7 @@ class Zygote:
         self.sock.settimeout(timeout)
         try:
             msg = self.sock.recv(16)
-        except socket.timeout:
+        except TimeoutError:
             raise RuntimeError(f"raylite: the worker zygote (pid {self.pid}) did not start within {timeout:g} s "
                                "(is the machine overloaded?)") from None
         finally:
@@ -56,41 +58,55 @@ class Zygote:
         if msg != b"ready":
             raise RuntimeError(f"raylite: the worker zygote ({sys.executable} -c {_MAIN!r}) exited "
                                "while starting, so no worker can run; its error is printed above")
+        self.ready = True
 
     def fork(self, config: dict, fds: list[int]) -> None:
-        socket.send_fds(self.sock, [pickle.dumps(config)], fds)
+        import pickle
+        from socket import send_fds
+        send_fds(self.sock, [pickle.dumps(config)], fds)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Closing its socket tells the zygote to kill the workers and exit; wait for that."""
+        """Closing its socket tells the zygote to kill the workers and exit; wait for that. One that
+        was never ready (init() failed) has no workers and no segments yet: it is killed at once.
+        A second call does nothing."""
+        pid, self.pid = self.pid, None
+        if pid is None:
+            return
         self.sock.close()
-        deadline = time.monotonic() + timeout
-        while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+        deadline = time.monotonic() + (timeout if self.ready else 0)
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
             if time.monotonic() > deadline:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
+                os.kill(pid, _signal.SIGKILL)
+                os.waitpid(pid, 0)
                 return
             time.sleep(0.002)
 
 
 def _set_parent_death_signal(libc) -> None:
     try:
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, _signal.SIGKILL)  # PR_SET_PDEATHSIG
     except AttributeError:
         pass
 
 
-def _serve(sock: socket.socket, session: str) -> None:
-    from raylite.core import segments, serialization, worker  # preload what every worker needs
+def _serve(sock, session: str) -> None:
+    import pickle
+    import socket
+    # preload what every worker needs, and the API that tasks calling ray.* use
+    from raylite.core import api, segments, serialization, worker  # noqa: F401
     serialization._pickler()
     libc = segments.libc()
     _settle(libc)
-    sock.send(b"ready")   # init() returns now; a preload below goes on while the driver runs
+    try:
+        sock.send(b"ready")   # init() returns now; a preload below goes on while the driver runs
+    except OSError:   # init() failed meanwhile and closed the socket
+        return
     preload = os.environ.get("RAYLITE_PRELOAD", "")
     if preload:
         _preload(preload)
         _settle(libc, collect=True)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children are reaped automatically
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)   # children are reaped automatically
     me = os.getpid()
     children: list[int] = []
     while True:
@@ -104,7 +120,7 @@ def _serve(sock: socket.socket, session: str) -> None:
         pid = os.fork()
         if pid == 0:
             sock.close()
-            # the C functions: signal.signal's enum conversions copy ~35 pages per worker
+            # the C functions (as everywhere here): signal.signal's enum conversions copy ~35 pages per worker
             _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
             _set_parent_death_signal(libc)
@@ -121,7 +137,7 @@ def _serve(sock: socket.socket, session: str) -> None:
         children = [c for c in children if _alive(c)] + [pid]
     for pid in children:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, _signal.SIGKILL)
         except OSError:
             pass
     try:
@@ -179,6 +195,7 @@ def _exists(pid: int) -> bool:
 def main() -> None:
     """`python -c _MAIN <socket fd> <session>`: -c, not -m, whose runpy and importlib.util cost
     the zygote's start (on the first task's path) 5 ms more here."""
+    import socket
     with socket.socket(fileno=int(sys.argv[1])) as driver:
         _serve(driver, sys.argv[2])
 
