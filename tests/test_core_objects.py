@@ -103,6 +103,21 @@ def test_get_mixes_put_and_task_refs(ray_start):
     assert ray.get(refs) == [1, 4, "three", 8]
 
 
+def test_put_with_an_owner_actor_outlives_it(ray_start):
+    """Ray's put(value, _owner=actor): the node owns every object here, so it survives the actor."""
+    @ray.remote
+    class Holder:
+        def ping(self):
+            return 1
+
+    holder = Holder.remote()
+    ref = ray.put([1, 2], _owner=holder)
+    ray.kill(holder)
+    assert ray.get(ref) == [1, 2]
+    with pytest.raises(TypeError, match="_owner must be an actor handle"):
+        ray.put(3, _owner="holder")
+
+
 # --------------------------------------------------------------------------
 # large buffers via shared memory
 # --------------------------------------------------------------------------

@@ -276,13 +276,18 @@ def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fet
     return [r for r, i in zip(refs, ids) if i in ready], [r for r, i in zip(refs, ids) if i not in ready]
 
 
-def put(value) -> ObjectRef:
-    """Store a value once; large buffers go to shared memory and are mapped by readers."""
+def put(value, *, _owner: ActorHandle | None = None) -> ObjectRef:
+    """Store a value once; large buffers go to shared memory and are mapped by readers.
+
+    ``_owner`` (Ray: the actor whose lifetime the object follows) is accepted and checked; here
+    the node owns every object, so it outlives that actor anyway."""
     if isinstance(value, ObjectRef):
         raise TypeError("Calling put() on an ObjectRef is not allowed; pass the ref itself instead")
+    if _owner is not None and not isinstance(_owner, ActorHandle):
+        raise TypeError(f"put()'s _owner must be an actor handle (or None), got {type(_owner).__name__}")
     client = process.client or _require_client_or_init()
     if client is None:
-        return process.ray.put(value)
+        return process.ray.put(value, _owner)
     try:
         ser = serialization.dumps(value, client.shm_prefix)
     except Exception as e:

@@ -155,10 +155,10 @@ def wait(object_refs, num_returns: int, timeout, fetch_local: bool):
     return ready, [r for r in refs if r not in done]
 
 
-def put(value):
+def put(value, owner=None):
     _share_by_value()
     with _Translated():
-        return _ray().put(value)
+        return _ray().put(value, _owner=owner)
 
 
 def kill(actor, no_restart: bool) -> None:
