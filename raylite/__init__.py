@@ -27,33 +27,32 @@ _SUBMODULES = ("util", "actor", "runtime_env", "cloudpickle", "dag")
 __all__ = ["exceptions", "init", *_HOMES]
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:   # what static analysers see
+if TYPE_CHECKING:   # what static analysers see (init with its full signature)
     from raylite.core.api import (available_resources, cancel, cluster_resources, get, get_actor, get_gpu_ids,
-                                  is_initialized, kill, nodes, put, remote, shutdown, wait)
+                                  init, is_initialized, kill, nodes, put, remote, shutdown, wait)
     from raylite.core.context import get_runtime_context
     from raylite.core.logging_config import LoggingConfig
     from raylite.core.objects import ObjectRef
     from raylite.core.remote import ActorClass, ActorHandle, method
     from raylite.core.state_api import timeline
     from raylite.core.streams import DynamicObjectRefGenerator, ObjectRefGenerator
+else:
+    def init(address: str | None = None, **kwargs):
+        """Ray's ``ray.init``; its arguments are those of :func:`raylite.core.api.init`.
 
-
-def init(address: str | None = None, **kwargs):
-    """Ray's ``ray.init``; its arguments are those of :func:`raylite.core.api.init`.
-
-    The first call in a process starts the worker zygote before importing the runtime, so the
-    zygote's start overlaps the driver's imports instead of following them."""
-    zygote = None
-    if "raylite.core.api" not in sys.modules and _local(address, kwargs.get("backend")):
-        from raylite.core.zygote import Zygote
-        zygote = Zygote()
-    from raylite.core.api import init as start   # closes the zygote if it goes unused
-    try:
-        return start(address, _zygote=zygote, **kwargs)
-    except BaseException:   # also a TypeError before start() ran (an unknown keyword)
-        if zygote is not None:
-            zygote.close()
-        raise
+        The first call in a process starts the worker zygote before importing the runtime, so the
+        zygote's start overlaps the driver's imports instead of following them."""
+        zygote = None
+        if "raylite.core.api" not in sys.modules and _local(address, kwargs.get("backend")):
+            from raylite.core.zygote import Zygote
+            zygote = Zygote()
+        from raylite.core.api import init as start   # closes the zygote if it goes unused
+        try:
+            return start(address, _zygote=zygote, **kwargs)
+        except BaseException:   # also a TypeError before start() ran (an unknown keyword)
+            if zygote is not None:
+                zygote.close()
+            raise
 
 
 def _local(address, backend) -> bool:
