@@ -216,9 +216,40 @@ def test_logs_of_tasks_and_actors_with_log_to_driver_false(ray_init, tmp_path, w
 
     logs = list_logs(node_id=ray.get_runtime_context().get_node_id())
     assert {f"worker-{pid}.out", f"worker-{actor_pid}.out"} <= set(logs["worker_out"])
-    assert logs["worker_err"] == [f"worker-{pid}.err"]
-    assert list_logs(glob_filter="*.err") == {"worker_err": [f"worker-{pid}.err"]}
+    # as Ray's, a worker's files exist from its start (the actor's .err is empty)
+    assert {f"worker-{pid}.err", f"worker-{actor_pid}.err"} <= set(logs["worker_err"])
+    assert list_logs(glob_filter="*.err") == {"worker_err": logs["worker_err"]}
     assert os.path.exists(tmp_path / "raylite")   # under _temp_dir, as Ray's logs
+
+
+def test_get_log_of_a_task_gives_only_its_lines(ray_init, tmp_path):
+    """Tasks that ran one after another on one worker: each one's log is its own lines (Ray's
+    task_log_info offsets), the worker's log all of them, raw (a line without its end included)."""
+    ray_init(num_cpus=1, log_to_driver=False, _temp_dir=str(tmp_path))
+
+    @ray.remote
+    def talk(i):
+        import sys
+        print(f"task {i} says hello")
+        print(f"task {i} says goodbye")
+        print(f"task {i} complains", file=sys.stderr)
+        sys.stdout.write(f"task {i} trails off")
+        return os.getpid()
+
+    refs = [talk.remote(i) for i in range(3)]
+    pids = ray.get(refs, timeout=30)
+    assert len(set(pids)) == 1   # one reused worker: the tasks share its files
+    for i, ref in enumerate(refs):
+        task = get_task(ref)
+        assert set(task.task_log_info) == {"stdout_file", "stderr_file", "stdout_start", "stdout_end",
+                                           "stderr_start", "stderr_end"}
+        assert task.task_log_info["stdout_file"] == f"worker-{pids[0]}.out"
+        assert list(get_log(task_id=task.task_id)) == [f"task {i} says hello\n", f"task {i} says goodbye\n",
+                                                       f"task {i} trails off"]
+        assert list(get_log(task_id=task.task_id, suffix="err")) == [f"task {i} complains\n"]
+        assert list(get_log(task_id=task.task_id, tail=1)) == [f"task {i} trails off"]
+    whole = "".join(get_log(pid=pids[0]))
+    assert whole.count("says hello") == 3 and "task 0 trails offtask 1 says hello" in whole
 
 
 def test_get_log_errors_name_what_is_wrong(ray_init, tmp_path):

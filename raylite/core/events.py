@@ -61,15 +61,16 @@ class TaskEvent:
     """One task. `spec` is its TaskSpec until it is done, then the Facts tuple; `proc` is the
     worker it was sent to (its pid arrives with the worker's hello), then that worker's (index,
     pid); `state` is None until it is done (meanwhile it is read off the node's own tables);
-    `parent` is the id of the task that submitted it, None for the driver."""
+    `parent` is the id of the task that submitted it, None for the driver; `log`, with output going
+    to log files, is where the latest attempt's lines are there once it has run (Ray's task_log_info)."""
 
     __slots__ = ("spec", "created", "started", "ended", "proc", "attempt", "state", "error_type", "error",
-                 "death", "parent")
+                 "death", "parent", "log")
 
     def __init__(self, spec, now: float):
         self.spec, self.created = spec, now
         self.started = self.ended = self.proc = self.state = self.error_type = self.error = self.death = None
-        self.parent = None
+        self.parent = self.log = None
         self.attempt = 0
 
     def facts(self):
@@ -122,6 +123,14 @@ class TaskEvents:
         if spec.kind == "actor_create" and spec.max_concurrency <= 1 and not spec.concurrency_groups:
             self.free_at[spec.actor_id] = 0.0
 
+    def logged(self, spec, pid: int, span: tuple) -> None:
+        """Where the attempt that just ran wrote its output in worker-<pid>.out and .err: (stdout's
+        start and end offsets, stderr's), as Ray's task_log_info has them."""
+        rec = self.live.get(spec.task_id)
+        if rec is not None:
+            rec.log = {"stdout_file": f"worker-{pid}.out", "stderr_file": f"worker-{pid}.err",
+                       **dict(zip(("stdout_start", "stdout_end", "stderr_start", "stderr_end"), span))}
+
     def sent(self, spec, w) -> None:
         """spec went to worker w. It runs now unless it waits behind w's running task (a tiny task
         sent ahead: it starts, and `sent` is called again, when that one is done); an actor call
@@ -133,7 +142,7 @@ class TaskEvents:
             return
         if rec.started is not None:   # it ran before: a retry, or an actor's restart
             rec.attempt += 1
-            rec.state = rec.error_type = rec.error = None
+            rec.state = rec.error_type = rec.error = rec.log = None
         rec.started, rec.ended, rec.proc = _now(), None, w
 
     def finished(self, spec, results) -> None:

@@ -684,7 +684,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         env_vars, sys_path, cwd = runtime_env.worker_settings(env, list(sys.path), os.getcwd())
         config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
                   "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace,
-                  "logging": self.logging,
+                  "logging": self.logging, "log_dir": self.log_dir,
                   "env": {**self._worker_env(device_ids, key[1]), **env_vars}, "runtime_env": env,
                   "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}
         try:
@@ -778,7 +778,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
             w.started = time.monotonic()
             self._run_on(w, w.task)
 
-    def _msg_done(self, w: WorkerProc, task_id: int, results: list, retry: bool = False) -> None:
+    def _msg_done(self, w: WorkerProc, task_id: int, results: list, retry: bool = False,
+                  log_span: tuple | None = None) -> None:
         results = [Serialized(*r) for r in results]   # sent as plain data (see worker finish)
         if w.actor is not None:
             actor = w.actor
@@ -797,6 +798,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
                 return self._pump_actor(actor)
             return self._finish(spec, results)
         spec, w.task = w.task, None
+        if log_span is not None:
+            self.task_events.logged(spec, w.pid, log_span)
         now = time.monotonic()
         took = now - w.started
         self.fn_time[spec.fn_id] = 0.8 * self.fn_time.get(spec.fn_id, took) + 0.2 * took

@@ -76,7 +76,8 @@ class WorkerOutput:
                 pass
 
     def _to_log_file(self, w: WorkerProc, stream: str, lines: list[bytes]) -> None:
-        """log_to_driver=False: as Ray, each worker's output goes to worker-<pid>.out / .err."""
+        """log_to_driver=False, for a worker that could not open its log files itself (see
+        worker._log_to_files): its output goes to worker-<pid>.out / .err all the same."""
         path = os.path.join(self.log_dir, f"worker-{w.pid}.{'out' if stream == 'stdout' else 'err'}")
         try:
             os.makedirs(self.log_dir, mode=0o700, exist_ok=True)

@@ -105,7 +105,8 @@ def _task_row(node, rec: events.TaskEvent, state: str, detail: bool) -> dict:
                    placement_group_id=_hex(spec.placement[0]) if spec.placement else None,
                    events=[{"state": s, "created_ms": _ms(t)} for s, t in steps],
                    creation_time_ms=_ms(rec.created), start_time_ms=_ms(rec.started),
-                   end_time_ms=_ms(rec.ended), error_message=rec.error, is_debugger_paused=False)
+                   end_time_ms=_ms(rec.ended), error_message=rec.error, is_debugger_paused=False,
+                   task_log_info=dict(rec.log) if rec.log is not None else None)
     return row
 
 

@@ -1,13 +1,14 @@
 """Ray's log API (``ray.util.state.list_logs`` and ``get_log``) on the local runtime.
 
-With ``init(log_to_driver=False)`` each worker's output goes to worker-<pid>.out and .err in the
-session's log directory (raylite.core.output); these read those files, in any process on the
+With ``init(log_to_driver=False)`` each worker writes its output to worker-<pid>.out and .err in
+the session's log directory (raylite.core.worker); these read those files, in any process on the
 machine. With ``log_to_driver=True`` (the default) the output is printed on the driver's terminal
 and not kept, so there are no logs: ``list_logs`` returns {} and ``get_log`` says so.
 
-Unlike Ray, raylite does not mark where a task's lines start in its worker's file: ``get_log(task_id=...)``
-gives the whole output of the worker process the task ran on (tasks that ran there before or
-after it included). Ray's ``node_id``/``node_ip`` may be left out: there is one node.
+As in Ray, ``get_log(task_id=...)`` of a task attempt that has run gives only its lines: its worker
+notes the files' sizes when it starts and ends it, and the task's record keeps them (its
+``task_log_info``). While the attempt runs, or if its worker died in it, it gives the whole output
+of that worker. Ray's ``node_id``/``node_ip`` may be left out: there is one node.
 """
 from __future__ import annotations
 
@@ -85,19 +86,26 @@ def get_log(address: str | None = None, node_id: str | None = None, node_ip: str
     directory = _log_dir()
     if directory is None:
         raise RayStateApiException(_NOT_KEPT)
-    name, known = _resolve(filename, actor_id, task_id, pid, suffix, submission_id, attempt_number)
+    interval = _interval or FOLLOW_INTERVAL_S
+    span = None
+    if task_id and not actor_id:
+        name, span = _task_log(task_id, attempt_number, suffix)
+        known = True
+    else:
+        name, known = _resolve(filename, actor_id, pid, suffix, submission_id)
     path = os.path.realpath(os.path.join(directory, name))
     if os.path.dirname(path) != os.path.realpath(directory):
         raise ValueError(f"filename={filename!r} is not a file in the log directory {directory}")
     if not known and not os.path.exists(path):
         raise RayStateApiException(f"Could not find a log file {name!r} in {directory} (list_logs() lists them)")
-    for line in _read(path, tail, follow, _interval or FOLLOW_INTERVAL_S):
+    lines = _read_span(path, span, tail) if span is not None else _read(path, tail, follow, interval)
+    for line in lines:
         if filter_ansi_code:
             line = _ANSI.sub(b"", line)
         yield line if encoding is None else line.decode(encoding, errors or "strict")
 
 
-def _resolve(filename, actor_id, task_id, pid, suffix, submission_id, attempt_number) -> tuple[str, bool]:
+def _resolve(filename, actor_id, pid, suffix, submission_id) -> tuple[str, bool]:
     """(file name, whether it belongs to a worker known to exist): a known worker that wrote
     nothing yet has no file, and its log is empty, as in Ray."""
     if actor_id:
@@ -107,16 +115,6 @@ def _resolve(filename, actor_id, task_id, pid, suffix, submission_id, attempt_nu
         if not actor.pid:
             raise RayStateApiException(f"Actor {actor_id} has no worker process yet (state {actor.state})")
         return f"worker-{actor.pid}.{suffix}", True
-    if task_id:
-        task = get_task(task_id)
-        if task is None or task.attempt_number != attempt_number:
-            raise RayStateApiException(f"Could not find log file for task attempt: {task_id}({attempt_number})")
-        if task.actor_id is not None:   # as Ray: an actor's calls share its log
-            raise RayStateApiException(f"For actor task, please query actor log for actor({task.actor_id}): "
-                                       f"get_log(actor_id={task.actor_id!r})")
-        if task.worker_pid is None:
-            raise RayStateApiException(f"Task {task_id} has not run on a worker yet (state {task.state})")
-        return f"worker-{task.worker_pid}.{suffix}", True
     if submission_id:
         raise RayStateApiException(f"No job with submission_id={submission_id!r}: raylite has no job submission")
     if pid:
@@ -127,27 +125,62 @@ def _resolve(filename, actor_id, task_id, pid, suffix, submission_id, attempt_nu
     raise ValueError("get_log needs the log's filename, or an actor_id, task_id or pid to find it by")
 
 
-def _read(path: str, tail: int, follow: bool, interval: float) -> Iterator[bytes]:
+def _task_log(task_id: str, attempt_number: int, suffix: str) -> tuple[str, tuple[int, int] | None]:
+    """(the task attempt's worker's log file, the attempt's byte range in it once it has run)."""
+    task = get_task(task_id)
+    if task is None or task.attempt_number != attempt_number:
+        raise RayStateApiException(f"Could not find log file for task attempt: {task_id}({attempt_number})")
+    if task.actor_id is not None:   # as Ray: an actor's calls share its log
+        raise RayStateApiException(f"For actor task, please query actor log for actor({task.actor_id}): "
+                                   f"get_log(actor_id={task.actor_id!r})")
+    if task.worker_pid is None:
+        raise RayStateApiException(f"Task {task_id} has not run on a worker yet (state {task.state})")
+    info, key = task.task_log_info, "stdout" if suffix == "out" else "stderr"
+    if info is None:
+        return f"worker-{task.worker_pid}.{suffix}", None
+    return info[f"{key}_file"], (info[f"{key}_start"], info[f"{key}_end"])
+
+
+def _read_span(path: str, span: tuple[int, int], tail: int) -> list[bytes]:
+    start, end = span
     try:
-        f = open(path, "rb")
-    except FileNotFoundError:   # a known worker that has written nothing yet
-        f = None
-    if f is not None:
-        with f:
-            yield from (f.readlines() if tail == -1 else deque(f, maxlen=tail))
+        with open(path, "rb") as f:
+            f.seek(start)
+            lines = f.read(max(0, end - start)).splitlines(keepends=True)
+    except FileNotFoundError:   # it wrote nothing
+        return []
+    return lines if tail == -1 else lines[max(0, len(lines) - tail):]
+
+
+def _read(path: str, tail: int, follow: bool, interval: float) -> Iterator[bytes]:
+    """The file's lines; with `follow`, then new ones as they come (each whole: a worker's line
+    that has no end yet waits for it)."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.readlines() if tail == -1 else list(deque(f, maxlen=tail))
             position = f.tell()
-    else:
-        position = 0
+    except FileNotFoundError:   # a known worker that has written nothing yet
+        lines, position = [], 0
+    if follow and lines and not lines[-1].endswith(b"\n"):
+        position -= len(lines.pop())
+    yield from lines
     if not follow:
         return
     from raylite.core.api import is_initialized
     while is_initialized():
         time.sleep(interval)
-        try:
-            with open(path, "rb") as f:   # output.py writes whole lines only
-                f.seek(position)
-                lines = f.readlines()
-                position = f.tell()
-        except FileNotFoundError:
-            continue
+        lines, position = _lines_from(path, position, True)
         yield from lines
+
+
+def _lines_from(path: str, position: int, whole: bool) -> tuple[list[bytes], int]:
+    """The lines after `position` (only whole ones if `whole`), and the position after them."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(position)
+            lines = f.readlines()
+    except FileNotFoundError:   # a known worker that has written nothing yet
+        return [], position
+    if whole and lines and not lines[-1].endswith(b"\n"):
+        lines.pop()
+    return lines, position + sum(map(len, lines))

@@ -191,6 +191,8 @@ class _Executor:
         self.calls = None   # a concurrency runner for threaded and async actors
         self.missed_interrupt = False   # a cancel's SIGINT came while no task ran (see execute)
         self.interrupted = False        # the running task got its KeyboardInterrupt (only one)
+        self.log_files = False          # stdout and stderr are this worker's log files (see _log_to_files)
+        self.log_start: tuple | None = None   # (task id, stdout's size, stderr's) when that task started
 
     def run(self, spec: TaskSpec, fn_bytes: bytes | None, deps: dict, assigned: dict, accel: dict):
         if fn_bytes is not None:
@@ -199,6 +201,9 @@ class _Executor:
             return self.calls.submit(spec, deps, assigned, accel)
         if spec.kind == "actor_create":   # before the constructor, which may ask for its own handle
             context.set_actor(spec.class_meta, spec.actor_name[1] if spec.actor_name else None)
+        if self.log_files and spec.kind == "task":
+            sizes = _log_sizes()
+            self.log_start = None if sizes is None else (spec.task_id, *sizes)
         self.execute(spec, deps, assigned, accel)
         if spec.kind == "actor_create" and self.actor is not None:
             if type(self.actor).__repr__ is not object.__repr__:   # Ray prefixes its output with it
@@ -288,7 +293,12 @@ class _Executor:
         sys.stdout.flush()
         sys.stderr.flush()
         wired = [r.wire() for r in results]   # plain data: see protocol.spec_to_wire
-        self.client.send(("done", spec.task_id, wired, True) if retry else ("done", spec.task_id, wired))
+        start, self.log_start = self.log_start, None
+        if start is not None and start[0] == spec.task_id and (sizes := _log_sizes()) is not None:
+            # where its output is in the log files (Ray's task_log_info)
+            self.client.send(("done", spec.task_id, wired, retry, (start[1], sizes[0], start[2], sizes[1])))
+        else:
+            self.client.send(("done", spec.task_id, wired, True) if retry else ("done", spec.task_id, wired))
 
     def _call(self, spec: TaskSpec, deps: dict):
         args, kwargs = self.arguments(spec, deps)
@@ -446,6 +456,31 @@ def _error(name: str, e: BaseException):
                                    None, is_error=True)
 
 
+def _log_to_files(log_dir: str) -> bool:
+    """init(log_to_driver=False): stdout and stderr go straight to worker-<pid>.out and .err, as
+    Ray's workers write theirs, so a task's lines are found by offset (see _log_sizes)."""
+    try:
+        os.makedirs(log_dir, mode=0o700, exist_ok=True)
+        for fd, suffix in ((1, "out"), (2, "err")):
+            f = os.open(os.path.join(log_dir, f"worker-{os.getpid()}.{suffix}"),
+                        os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.dup2(f, fd)
+            os.close(f)
+        return True
+    except OSError:   # then the pipes, and the node writes the files
+        return False
+
+
+def _log_sizes() -> tuple[int, int] | None:
+    """The log files' sizes, once what Python buffers is written."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return os.fstat(1).st_size, os.fstat(2).st_size
+    except (OSError, ValueError):
+        return None
+
+
 def _reset_preloaded(threads: str | None) -> None:
     """Undo what a fork copies from the zygote into modules it preloaded: every worker would
     otherwise draw the same "random" numbers as its siblings (Python's `random` reseeds itself
@@ -463,8 +498,10 @@ def _reset_preloaded(threads: str | None) -> None:
 
 def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     """Entry point in a freshly forked worker (called by the zygote)."""
-    os.dup2(out_fd, 1)
-    os.dup2(err_fd, 2)
+    log_files = config["log_dir"] is not None and _log_to_files(config["log_dir"])
+    if not log_files:
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
     os.close(out_fd)
     os.close(err_fd)
     for stream in (sys.stdout, sys.stderr):
@@ -491,6 +528,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
         from raylite.core.logging_config import LoggingConfig
         LoggingConfig(**config["logging"])._apply()
     executor = _Executor(client)
+    executor.log_files = log_files
 
     def interrupt(signum, frame):  # cancel(): only interrupts a running task (not concurrent calls)
         if executor.running and executor.calls is None:
