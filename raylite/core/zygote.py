@@ -24,8 +24,8 @@ _MAX_REQUEST = 1 << 20
 class Zygote:
     """Driver-side handle: start the zygote and ask it for workers."""
 
-    def __init__(self, session: str | None = None):
-        self.session = session or f"{os.getpid()}-{os.urandom(4).hex()}"
+    def __init__(self):
+        self.session = f"{os.getpid()}-{os.urandom(4).hex()}"   # names the shm segments and log directory
         self.ready = False
         self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
