@@ -60,9 +60,16 @@ def train_func(config):
     return time.perf_counter() - t0, time.process_time() - c0, torch.get_num_threads()
 
 
+_SCRATCH = tempfile.TemporaryDirectory(prefix="raylite-bench-")   # removed when the bench exits
+
+
+def _logdir() -> str:
+    return tempfile.mkdtemp(dir=_SCRATCH.name)
+
+
 def start(label: str, config: dict, **trainer_kwargs):
     t0 = time.perf_counter()
-    trainer = Trainer(logdir=tempfile.mkdtemp(prefix="raylite-bench-"), **trainer_kwargs)
+    trainer = Trainer(logdir=_logdir(), **trainer_kwargs)
     trainer.start()
     start_s = time.perf_counter() - t0
     trainer.run(train_func, {**config, "steps": 1})   # warm-up: first-touch allocations
@@ -87,7 +94,7 @@ def preloaded_startup(num_workers: int) -> tuple[float, float]:
         times = []
         for _ in range(2):
             t = time.perf_counter()
-            trainer = Trainer(num_workers=num_workers, logdir=tempfile.mkdtemp(prefix="raylite-bench-"))
+            trainer = Trainer(num_workers=num_workers, logdir=_logdir())
             trainer.start()
             times.append(time.perf_counter() - (t0 if not times else t))
             trainer.shutdown()
