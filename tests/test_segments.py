@@ -244,3 +244,53 @@ def test_results_are_not_pooled_while_the_driver_puts_nothing(ray2):
     for i in range(8):
         assert ray.get(make.remote(i))[0] == float(i)
     assert _settle(lambda: not (_session_segments() - before), timeout=3)
+
+
+# --------------------------------------------------------------------------
+# where segments go, and an object that does not fit
+# --------------------------------------------------------------------------
+
+def test_a_small_dev_shm_sends_segments_to_disk_with_a_warning(monkeypatch):
+    """As Ray places its object store: /dev/shm unless it has less room than the store (Docker's
+    64 MB), then the temporary directory; RAYLITE_SHM_DIR decides."""
+    from raylite.core import segments
+    monkeypatch.delenv(segments.SHM_DIR_ENV, raising=False)
+    monkeypatch.setattr(segments, "_free_bytes", lambda directory: 64 << 20)
+    with pytest.warns(UserWarning, match=r"/dev/shm has only 64 MB free.*--shm-size"):
+        assert segments.choose_dir(1 << 30) == segments._DISK_DIR
+    assert segments.choose_dir(32 << 20) == "/dev/shm"
+    monkeypatch.setenv(segments.SHM_DIR_ENV, "/somewhere/chosen")
+    assert segments.choose_dir(1 << 30) == "/somewhere/chosen"
+
+
+def test_an_object_that_does_not_fit_is_a_clear_error_not_a_crash(ray2, monkeypatch):
+    from raylite.core import segments
+    monkeypatch.setattr(segments, "_free_bytes", lambda directory: 3 << 20)
+    with pytest.raises(ray.exceptions.ObjectStoreFullError, match=r"object of 4\.0 MB does not fit .*3\.0 MB free"):
+        ray.put(np.zeros(4 << 17))   # 4 MB
+
+    @ray.remote
+    def size(a):
+        return a.nbytes
+
+    with pytest.raises(ray.exceptions.ObjectStoreFullError, match="does not fit"):
+        size.remote(np.zeros(4 << 17))
+    monkeypatch.undo()
+    assert ray.get(size.remote(np.zeros(4 << 17))) == 4 << 20   # the runtime goes on
+
+
+def test_segments_follow_raylite_shm_dir(ray_init, monkeypatch, tmp_path):
+    """Driver, workers and cleanup all use the directory the driver chose."""
+    monkeypatch.setenv("RAYLITE_SHM_DIR", str(tmp_path))
+    ray_init(num_cpus=1)
+
+    @ray.remote
+    def make():
+        return np.ones(N)
+
+    ref, made = ray.put(np.zeros(N)), make.remote()
+    assert ray.get(made).sum() == N and ray.get(ref).sum() == 0
+    assert len([p for p in os.listdir(tmp_path) if p.startswith("raylite-")]) >= 2
+    del ref, made
+    ray.shutdown()
+    assert [p for p in os.listdir(tmp_path) if p.startswith("raylite-")] == []

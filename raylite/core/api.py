@@ -96,6 +96,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 zygote = Zygote()   # first: its start overlaps everything below
             from raylite.core import accelerators
             totals = _node_totals(num_cpus, num_gpus, resources, object_store_memory)
+            segments.SHM_DIR = segments.choose_dir(totals["object_store_memory"] // SCALE)
             device_totals, device_ids, _ = accelerators.node_devices(num_gpus, _accelerator_part(resources))
             totals.update(device_totals)
             from raylite.core.driver import DriverClient
@@ -290,6 +291,8 @@ def put(value, *, _owner: ActorHandle | None = None) -> ObjectRef:
         return process.ray.put(value, _owner)
     try:
         ser = serialization.dumps(value, client.shm_prefix)
+    except exceptions.ObjectStoreFullError:
+        raise
     except Exception as e:
         raise TypeError(f"Could not serialize the value passed to put(): {e}") from e
     oid = next_id()

@@ -684,7 +684,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         env_vars, sys_path, cwd = runtime_env.worker_settings(env, list(sys.path), os.getcwd())
         config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
                   "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace,
-                  "logging": self.logging, "log_dir": self.log_dir,
+                  "logging": self.logging, "log_dir": self.log_dir, "shm_dir": segments.SHM_DIR,
                   "env": {**self._worker_env(device_ids, key[1]), **env_vars}, "runtime_env": env,
                   "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import warnings
 
+from raylite import exceptions
 from raylite.core import context, objects, ray_backend, runtime_env, serialization, streams
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import ArgRef, TaskSpec
@@ -115,6 +116,8 @@ def _pack_args(name: str, args: tuple, kwargs: dict, prefix: str):
         kwargs = {k: swap(v) for k, v in kwargs.items()}
     try:
         return serialization.dumps_args(args, kwargs, prefix), tuple(deps)
+    except exceptions.ObjectStoreFullError:
+        raise
     except Exception as e:
         raise TypeError(f"Could not serialize the arguments of {name}: {e}") from e
 

@@ -25,7 +25,12 @@ import sys
 import threading
 import time
 
-SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else os.environ.get("TMPDIR", "/tmp")
+from raylite import exceptions
+
+SHM_DIR_ENV = "RAYLITE_SHM_DIR"   # where segments go, chosen by the user (see choose_dir)
+_DISK_DIR = os.environ.get("TMPDIR", "/tmp")
+# this process's choice: the driver's (choose_dir), which workers get with their config
+SHM_DIR = os.environ.get(SHM_DIR_ENV) or ("/dev/shm" if os.path.isdir("/dev/shm") else _DISK_DIR)
 SEGMENT_PREFIX = "raylite-"
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _counter = itertools.count()
@@ -120,6 +125,40 @@ def _map_huge(fd: int, size: int, writable: bool, fresh: bool = False) -> Mappin
     return Mapping(reserve, start - base, writable)
 
 
+def choose_dir(store_bytes: int) -> str:
+    """Where a session's segments go, decided once by the driver as Ray places its object store:
+    /dev/shm, unless it has less room than the object store may use (Docker gives a container
+    64 MB), then the temporary directory, on disk, with a warning. RAYLITE_SHM_DIR decides."""
+    if os.environ.get(SHM_DIR_ENV):
+        return os.environ[SHM_DIR_ENV]
+    if not os.path.isdir("/dev/shm"):
+        return _DISK_DIR
+    free = _free_bytes("/dev/shm")
+    if free >= store_bytes:
+        return "/dev/shm"
+    import warnings
+    warnings.warn(f"raylite: /dev/shm has only {free / 2**20:.0f} MB free, less than the object store's "
+                  f"{store_bytes / 2**20:.0f} MB, so large objects go to {_DISK_DIR} instead, which is slower. "
+                  f"In Docker, give the container more with --shm-size; or pass a smaller object_store_memory "
+                  f"to init(); {SHM_DIR_ENV} names the directory to use.", stacklevel=3)
+    return _DISK_DIR
+
+
+def _free_bytes(directory: str) -> int:
+    st = os.statvfs(directory)
+    return st.f_bavail * st.f_frsize
+
+
+def _check_room(n: int) -> None:
+    """A segment that does not fit is an error here, not a SIGBUS when its pages are written."""
+    free = _free_bytes(SHM_DIR)
+    if n + HUGE_PAGE > free:   # (a huge-page segment may take up to one page more)
+        raise exceptions.ObjectStoreFullError(
+            f"an object of {n / 2**20:.1f} MB does not fit in {SHM_DIR} ({free / 2**20:.1f} MB free). "
+            f"Free objects (drop their refs), or give the object store more room: a larger /dev/shm "
+            f"(Docker: --shm-size), or {SHM_DIR_ENV} set to a directory on disk")
+
+
 def session_prefix(session: str) -> str:
     return f"{SEGMENT_PREFIX}{session}-"
 
@@ -139,6 +178,7 @@ def write_segment(prefix: str, raw: memoryview) -> tuple[str, int]:
         mappings.adopt(name, mapped, n)   # the driver's own get() reads through it for free
         return (name, n)
     global _huge_paused_until
+    _check_room(n)
     name = f"{prefix}{os.getpid()}-{next(_counter)}"
     fd = os.open(_path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
@@ -360,9 +400,16 @@ def unlink_segments(names) -> None:
 
 
 def remove_session_segments(session: str) -> None:
+    """Every segment of the session, in any directory choose_dir could have picked (the zygote
+    learns the driver's choice only with its first fork request)."""
     prefix = session_prefix(session)
-    try:
-        names = [n for n in os.listdir(SHM_DIR) if n.startswith(prefix)]
-    except OSError:
-        return
-    unlink_segments(names)
+    for directory in dict.fromkeys((SHM_DIR, "/dev/shm", _DISK_DIR)):
+        try:
+            names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+        except OSError:
+            continue
+        for name in names:
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass

@@ -117,6 +117,7 @@ def _serve(sock, session: str) -> None:
         if not data:
             break
         config = pickle.loads(data)
+        segments.SHM_DIR = config["shm_dir"]   # the driver's choice, for the worker and the cleanup below
         pid = os.fork()
         if pid == 0:
             sock.close()
