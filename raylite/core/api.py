@@ -31,17 +31,6 @@ class RayContext(dict):
         return dict(self)
 
 
-def _memory_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 << 30
-
-
 def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus: float | None = None,
          resources: dict | None = None, object_store_memory: int | None = None, local_mode: bool = False,
          ignore_reinit_error: bool = False, include_dashboard: bool | None = None,
@@ -164,8 +153,9 @@ def _accelerator_part(resources: dict | None) -> dict | None:
 
 def _node_totals(num_cpus, num_gpus, resources, object_store_memory) -> dict[str, int]:
     from raylite.core.resources import ACCELERATOR_RESOURCES
-    cpus = num_cpus if num_cpus is not None else (os.cpu_count() or 1)
-    memory = _memory_bytes()
+    from raylite.core import machine
+    cpus = num_cpus if num_cpus is not None else machine.cpu_count()   # a container's, not the host's
+    memory = machine.memory_available()
     store = object_store_memory if object_store_memory is not None else int(memory * 0.3)
     totals = {"CPU": to_fixed(cpus, "num_cpus"),
               "memory": to_fixed(int(memory * 0.7), "memory"),

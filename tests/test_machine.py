@@ -1,0 +1,86 @@
+"""What init() counts of the machine inside a container: cgroup CPU quotas and memory limits
+(fake cgroup trees here, v1 and v2, as Docker and Kubernetes write them)."""
+import os
+
+import pytest
+
+from raylite.core import machine
+
+
+def _tree(root, files: dict) -> str:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(root)
+
+
+@pytest.fixture
+def affinity(monkeypatch):
+    """This process may run on 8 CPUs (the host has 64)."""
+    monkeypatch.delenv("RAY_USE_MULTIPROCESSING_CPU_COUNT", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({}, 8),                                                                       # no cgroup files: affinity
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 8),    # v1, no quota
+    ({"cpu/cpu.cfs_quota_us": "250000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2),   # v1 --cpus=2.5
+    ({"cpu.max": "max 100000\n"}, 8),                                              # v2, no quota
+    ({"cpu.max": "400000 100000\n"}, 4),                                           # v2 --cpus=4
+    ({"cpu.max": "50000 100000\n"}, 1),                                            # --cpus=0.5: still one
+    ({"cpu.max": "1600000 100000\n"}, 8),                                          # a quota above the affinity
+    ({"cpu.max": "garbage\n"}, 8),
+])
+def test_cpu_count_follows_quota_and_affinity(tmp_path, affinity, files, expected):
+    assert machine.cpu_count(_tree(tmp_path, files)) == expected
+
+
+def test_cpu_count_can_be_the_hosts_as_in_ray(tmp_path, affinity, monkeypatch):
+    monkeypatch.setenv("RAY_USE_MULTIPROCESSING_CPU_COUNT", "1")
+    assert machine.cpu_count(_tree(tmp_path, {"cpu.max": "200000 100000\n"})) == 64
+
+
+@pytest.fixture
+def plenty_free(monkeypatch):
+    monkeypatch.setattr(machine, "_mem_available", lambda: 64 << 30)
+
+
+def test_memory_is_capped_by_a_v2_limit_without_page_cache(tmp_path, plenty_free):
+    root = _tree(tmp_path, {"memory.max": f"{4 << 30}\n", "memory.current": f"{3 << 30}\n",
+                            "memory.stat": f"anon 1\ninactive_file {1 << 30}\nactive_file {1 << 30}\n"})
+    assert machine.memory_available(root) == 3 << 30   # 4 GiB limit - (3 GiB used - 2 GiB of cache)
+
+
+def test_memory_is_capped_by_a_v1_limit(tmp_path, plenty_free):
+    root = _tree(tmp_path, {"memory/memory.limit_in_bytes": f"{2 << 30}\n",
+                            "memory/memory.usage_in_bytes": f"{1 << 30}\n",
+                            "memory/memory.stat": f"total_inactive_file {256 << 20}\ntotal_active_file 0\n"})
+    assert machine.memory_available(root) == (2 << 30) - (768 << 20)
+
+
+@pytest.mark.parametrize("files", [
+    {},
+    {"memory.max": "max\n", "memory.current": "123\n"},
+    {"memory/memory.limit_in_bytes": "9223372036854771712\n", "memory/memory.usage_in_bytes": "5\n"},
+])
+def test_memory_without_a_limit_is_the_kernels_free_memory(tmp_path, plenty_free, files):
+    assert machine.memory_available(_tree(tmp_path, files)) == 64 << 30
+
+
+def test_a_small_free_figure_wins_over_a_large_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(machine, "_mem_available", lambda: 1 << 30)
+    root = _tree(tmp_path, {"memory.max": f"{8 << 30}\n", "memory.current": "0\n"})
+    assert machine.memory_available(root) == 1 << 30
+
+
+def test_init_without_counts_uses_what_the_container_allows(ray_init, monkeypatch):
+    monkeypatch.setattr(machine, "cpu_count", lambda: 3)
+    monkeypatch.setattr(machine, "memory_available", lambda: 10 << 30)
+    ray_init(num_cpus=None)
+    import raylite as ray
+    total = ray.cluster_resources()
+    assert total["CPU"] == 3
+    assert total["memory"] == pytest.approx(0.7 * (10 << 30), rel=1e-3)
+    assert total["object_store_memory"] == pytest.approx(0.3 * (10 << 30), rel=1e-3)
