@@ -84,3 +84,61 @@ def test_init_without_counts_uses_what_the_container_allows(ray_init, monkeypatc
     assert total["CPU"] == 3
     assert total["memory"] == pytest.approx(0.7 * (10 << 30), rel=1e-3)
     assert total["object_store_memory"] == pytest.approx(0.3 * (10 << 30), rel=1e-3)
+
+
+def _limited(soft: int, hard: int):
+    import resource
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_init_raises_a_low_open_files_limit_as_ray_does():
+    import subprocess
+    import sys
+    code = ("import resource, raylite as ray; ray.init(num_cpus=1)\n"
+            "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+            "print(ray.get(ray.remote(lambda: resource.getrlimit(resource.RLIMIT_NOFILE)[0]).remote()))\n"
+            "ray.shutdown()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         preexec_fn=_limited(256, 4096))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["4096", "4096"]   # the driver's, and a worker's
+
+
+_OUT_OF_DESCRIPTORS = r"""
+import raylite as ray
+ray.init(num_cpus=2)
+
+@ray.remote(num_cpus=0)
+class A:
+    def ping(self):
+        return 1
+
+actors = [A.remote() for _ in range(40)]   # 3 descriptors each: more than 64 in all
+results = []
+for a in actors:
+    try:
+        results.append(ray.get(a.ping.remote(), timeout=30))
+    except ray.exceptions.ActorDiedError as e:
+        results.append(str(e))
+print(sum(r == 1 for r in results))
+print([r for r in results if r != 1][-1])
+try:
+    ray.get(ray.remote(max_calls=1)(lambda: 1).remote(), timeout=30)
+except ray.exceptions.RaySystemError as e:
+    print(e)
+ray.shutdown()
+"""
+
+
+def test_out_of_descriptors_fails_the_actor_or_task_that_needed_a_worker():
+    """Not a hang: with the limit at 64 (hard), actors beyond it die naming the limit, and so
+    does a task that needs a new worker."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _OUT_OF_DESCRIPTORS], capture_output=True, text=True,
+                         timeout=120, preexec_fn=_limited(64, 64))
+    assert out.returncode == 0, out.stderr[-2000:]
+    started, actor_error, task_error = out.stdout.strip().splitlines()
+    assert 1 <= int(started) < 40
+    assert "may open 64 files" in actor_error and "ulimit -n" in actor_error
+    assert "could not run: a worker process could not start" in task_error and "ulimit -n" in task_error

@@ -83,7 +83,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                               "worker processes as usual", stacklevel=2)
             if zygote is None:
                 zygote = Zygote()   # first: its start overlaps everything below
-            from raylite.core import accelerators
+            from raylite.core import accelerators, machine
+            machine.raise_open_files_limit()
             totals = _node_totals(num_cpus, num_gpus, resources, object_store_memory)
             segments.SHM_DIR = segments.choose_dir(totals["object_store_memory"] // SCALE)
             device_totals, device_ids, _ = accelerators.node_devices(num_gpus, _accelerator_part(resources))

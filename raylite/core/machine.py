@@ -87,3 +87,19 @@ def _read(path: str) -> str | None:
             return f.read().strip()
     except OSError:
         return None
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft limit on open files towards the hard one (to 65,536 at most), as Ray's init
+    does: the driver holds three descriptors per worker, so the usual 1,024 ends near 300 workers,
+    and a worker's torch DataLoader passes tensors as descriptors. Returns the soft limit now."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        return soft
+    except (ImportError, ValueError, OSError):
+        return -1

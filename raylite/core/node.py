@@ -6,6 +6,7 @@ thread when the lock is free, else it is queued for the node thread. Waiting is 
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import selectors
@@ -35,6 +36,16 @@ PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipe
 
 
 _GROUP_GONE = object()   # _acquire: the spec's placement group was removed
+
+
+def _cannot_start(e: OSError) -> str:
+    """Why a worker could not start, with the limit to raise when it is the open-files one."""
+    if e.errno == errno.EMFILE:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return (f"{e.strerror}: this process may open {soft} files and each worker takes 3; "
+                f"raise the limit with `ulimit -n` before starting Python")
+    return str(e)
 
 
 def _internal_error() -> None:
@@ -480,7 +491,12 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         key = (tuple(sorted((k, tuple(v)) for k, v in alloc.device_ids.items())), threads, env)
         if spec.kind == "actor_create":
             actor = self.actors[spec.actor_id]
-            w = self._spawn(alloc.device_ids, key, env, restarted=actor.state == "RESTARTING")
+            try:
+                w = self._spawn(alloc.device_ids, key, env, restarted=actor.state == "RESTARTING")
+            except OSError as e:
+                alloc.pool.release(alloc)
+                actor.restarts_left, actor.error = 0, _cannot_start(e)
+                return self._actor_gone(actor)
             w.actor, w.alloc, w.name = actor, alloc, spec.name
             actor.worker, actor.state = w, "ALIVE"
             self._run_on(w, spec)
@@ -493,7 +509,12 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
             pool.remove(w)
         else:
             hold = bool(self.starting)   # see _take_held
-            w = self._spawn(alloc.device_ids, key, env)
+            try:
+                w = self._spawn(alloc.device_ids, key, env)
+            except OSError as e:
+                alloc.pool.release(alloc)
+                return self._finish(spec, error_value(exceptions.RaySystemError(
+                    f"{spec.name} could not run: a worker process could not start ({_cannot_start(e)})")))
             self.starting.add(w.index)
         w.task, w.alloc, w.name, w.max_calls = spec, alloc, spec.name, spec.max_calls
         w.started = time.monotonic()
@@ -678,9 +699,21 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
 
     def _spawn(self, device_ids: dict, key: tuple, env: tuple | None, restarted: bool = False) -> WorkerProc:
         index = next(self._worker_index)
-        ours, theirs = socket.socketpair()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        opened = []   # closed again if this fails part way (out of descriptors, say)
+        try:
+            ours, theirs = socket.socketpair()
+            opened += [ours, theirs]
+            out_r, out_w = os.pipe()
+            opened += [out_r, out_w]
+            err_r, err_w = os.pipe()
+            opened += [err_r, err_w]
+        except OSError:
+            for end in opened:
+                if isinstance(end, socket.socket):
+                    end.close()
+                else:
+                    os.close(end)
+            raise
         env_vars, sys_path, cwd = runtime_env.worker_settings(env, list(sys.path), os.getcwd())
         config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
                   "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace,
@@ -689,6 +722,11 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
                   "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}
         try:
             self.zygote.fork(config, [theirs.fileno(), out_w, err_w])
+        except OSError:
+            ours.close()
+            os.close(out_r)
+            os.close(err_r)
+            raise
         finally:
             theirs.close()
             os.close(out_w)

@@ -93,8 +93,9 @@ def _serve(sock, session: str) -> None:
     import pickle
     import socket
     # preload what every worker needs, and the API that tasks calling ray.* use
-    from raylite.core import api, segments, serialization, worker  # noqa: F401
+    from raylite.core import api, machine, segments, serialization, worker  # noqa: F401
     serialization._pickler()
+    machine.raise_open_files_limit()   # for the workers too
     libc = segments.libc()
     _settle(libc)
     try:
