@@ -140,7 +140,8 @@ class ActorUnavailableError(RayActorError):
 
 
 class OutOfMemoryError(RayError):
-    """The task's worker was killed by the node's out-of-memory monitor (Ray backend)."""
+    """The task's worker was ended for want of memory: by the kernel's out-of-memory killer
+    (raylite reads the kernel's count of such kills), or by Ray's memory monitor (Ray backend)."""
 
 
 class PendingCallsLimitExceeded(RayError):

@@ -279,6 +279,35 @@ def test_worker_sigkill_retried_then_worker_crashed_error(ray_start, tmp_path):
     assert len(set(pids)) == 4  # each attempt ran in a fresh worker
 
 
+def test_a_worker_the_kernel_killed_for_memory_raises_out_of_memory_error(ray_start, monkeypatch):
+    """A worker that dies while the kernel's count of out-of-memory kills rises was its victim:
+    the task raises OutOfMemoryError (after its retries) and an actor's calls say why it died."""
+    import itertools
+
+    from raylite.core import node
+    kills = itertools.count(1000)
+    monkeypatch.setattr(node, "_oom_kills", lambda: next(kills))   # it rises at every death
+
+    @ray.remote(max_retries=1)
+    def hog():
+        os.kill(os.getpid(), signal.SIGKILL)   # as the OOM killer ends a process
+
+    with pytest.raises(exc.OutOfMemoryError, match="out-of-memory killer.*use less memory per task"):
+        ray.get(hog.remote(), timeout=45)
+
+    @ray.remote
+    class Hog:
+        def grow(self):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    hog_actor = Hog.remote()   # (a handle kept: an actor with none left is ended on purpose)
+    with pytest.raises(exc.ActorDiedError, match="out-of-memory killer"):
+        ray.get(hog_actor.grow.remote(), timeout=45)
+    monkeypatch.setattr(node, "_oom_kills", lambda: 7)   # no kill counted: a plain crash
+    with pytest.raises(exc.WorkerCrashedError, match="died unexpectedly"):
+        ray.get(hog.options(max_retries=0).remote(), timeout=45)
+
+
 @pytest.mark.parametrize("options", [{}, {"max_retries": 1}], ids=["default-retries", "max_retries=1"])
 def test_task_crashing_on_first_attempt_succeeds_on_retry(ray_start, tmp_path, options):
     marker = str(tmp_path / "crashed-once")

@@ -38,6 +38,21 @@ PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipe
 _GROUP_GONE = object()   # _acquire: the spec's placement group was removed
 
 
+OOM_KILLED = "the kernel's out-of-memory killer (the machine or container ran out of memory)"
+
+
+def _oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has ended (any cgroup's), if known."""
+    try:
+        with open("/proc/vmstat", "rb") as f:
+            for line in f:
+                if line.startswith(b"oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def _cannot_start(e: OSError) -> str:
     """Why a worker could not start, with the limit to raise when it is the open-files one."""
     if e.errno == errno.EMFILE:
@@ -124,6 +139,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         self.dirty_channels: set[Channel] = set()
         self.dead_workers: deque = deque(maxlen=DEAD_WORKERS_KEPT)   # (index, pid, exit type, detail,
                                                                       #  launched, ended)
+        self.oom_kills = _oom_kills()   # the kernel's count, to tell an out-of-memory kill (_worker_gone)
         self._init_readers()
         self._worker_index = itertools.count(1)
         self.stopping = False
@@ -762,9 +778,15 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
     def _worker_gone(self, w: WorkerProc) -> None:
         if w.early_output:   # it died before its hello was read: print what it wrote all the same
             self.emit_early_output(w)
+        oom = False
         if not self.stopping:
-            kind, why = w.exit_cause or ("SYSTEM_ERROR", "the worker process died unexpectedly")
+            if w.exit_cause is None:   # unexpected: did the kernel's out-of-memory killer just act?
+                before, self.oom_kills = self.oom_kills, _oom_kills()
+                oom = before is not None and self.oom_kills is not None and self.oom_kills > before
+            kind, why = w.exit_cause or ("SYSTEM_ERROR", OOM_KILLED if oom else "the worker process died unexpectedly")
             self.dead_workers.append((w.index, w.pid, kind, why, w.launched, time.time()))
+            if oom and w.actor is not None:
+                w.actor.error = w.actor.error or OOM_KILLED
         if not w.retiring and not self.stopping:
             self._owner_died(w)
         if w.index not in self.readers:   # else a thread has it on loan (raylite.core.reader)
@@ -795,6 +817,10 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         elif spec.max_retries != 0:
             spec.max_retries -= 1
             self._enqueue(spec)
+        elif oom:
+            self._finish(spec, error_value(exceptions.OutOfMemoryError(
+                f"the worker running {spec.name} (pid={w.pid}) was ended by {OOM_KILLED}: use less memory "
+                f"per task, or run fewer at once (ask for more num_cpus or memory= per task)")))
         else:
             self._finish(spec, error_value(exceptions.WorkerCrashedError(
                 f"the worker running {spec.name} (pid={w.pid}) died unexpectedly")))
