@@ -104,6 +104,24 @@ def test_custom_exception_type_round_trips_with_attributes(ray_start):
     assert "failing_with_custom" in str(err)
 
 
+def test_an_exception_that_cannot_be_rebuilt_still_reports_itself(ray_start):
+    """Its __init__ wants other arguments than the args it keeps, so unpickling it fails: get
+    raises RayTaskError with the task's own traceback, not that unpickling error."""
+    class Odd(Exception):
+        def __init__(self, a, b):
+            super().__init__(f"{a} and {b}")
+
+    @ray.remote
+    def odd():
+        raise Odd(1, 2)
+
+    with pytest.raises(exc.RayTaskError) as excinfo:
+        ray.get(odd.remote(), timeout=30)
+    text = str(excinfo.value)
+    assert text.rstrip().endswith("Odd: 1 and 2") and "raise Odd(1, 2)" in text
+    assert "missing 1 required positional argument" not in text
+
+
 def test_exception_in_nested_task_propagates(ray_start):
     @ray.remote
     def inner_fails():

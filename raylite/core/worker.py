@@ -448,12 +448,13 @@ def _error(name: str, e: BaseException):
         cause = e.cause  # a nested task's error: keep the original cause, add this frame's trace
     else:
         cause = e
-    err = exceptions.RayTaskError(name, traceback.format_exc(), cause, os.getpid())
+    text = traceback.format_exc()
     try:
-        return serialization.dumps(err, None, is_error=True)
-    except Exception:  # an unpicklable exception: keep its text and traceback
-        return serialization.dumps(exceptions.RayTaskError(name, traceback.format_exc(), None, os.getpid()),
-                                   None, is_error=True)
+        ser = serialization.dumps(exceptions.RayTaskError(name, text, cause, os.getpid()), None, is_error=True)
+        serialization.loads(ser)   # one whose __init__ takes other arguments than its args cannot be rebuilt
+        return ser
+    except Exception:  # keep its text and traceback (their last line names its type and message)
+        return serialization.dumps(exceptions.RayTaskError(name, text, None, os.getpid()), None, is_error=True)
 
 
 def _log_to_files(log_dir: str) -> bool:
