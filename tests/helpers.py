@@ -27,3 +27,12 @@ def pid_alive(pid: int) -> bool:
         return False
     # Format: pid (comm) state ... ; comm may contain spaces/parens.
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def make_tree(root, files: dict) -> str:
+    """Write {relative path: text} under root (a pytest tmp_path): a fake /sys or /dev tree."""
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return str(root)

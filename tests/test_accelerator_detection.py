@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from helpers import make_tree
 from raylite.core import accelerators as acc
 from raylite.core.resources import SCALE
 
@@ -208,14 +209,6 @@ def test_node_devices_explicit_with_visible_ids(vendor, nvml, empty_root):
 
 
 # --------------------------------------------------- device-node detection
-
-def make_tree(tmp_path, files: dict) -> str:
-    for rel, text in files.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return str(tmp_path)
-
 
 def test_detect_other_families_from_device_nodes(tmp_path, nvml):
     nvml()

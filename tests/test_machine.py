@@ -4,15 +4,8 @@ import os
 
 import pytest
 
+from helpers import make_tree
 from raylite.core import machine
-
-
-def _tree(root, files: dict) -> str:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return str(root)
 
 
 @pytest.fixture
@@ -34,12 +27,12 @@ def affinity(monkeypatch):
     ({"cpu.max": "garbage\n"}, 8),
 ])
 def test_cpu_count_follows_quota_and_affinity(tmp_path, affinity, files, expected):
-    assert machine.cpu_count(_tree(tmp_path, files)) == expected
+    assert machine.cpu_count(make_tree(tmp_path, files)) == expected
 
 
 def test_cpu_count_can_be_the_hosts_as_in_ray(tmp_path, affinity, monkeypatch):
     monkeypatch.setenv("RAY_USE_MULTIPROCESSING_CPU_COUNT", "1")
-    assert machine.cpu_count(_tree(tmp_path, {"cpu.max": "200000 100000\n"})) == 64
+    assert machine.cpu_count(make_tree(tmp_path, {"cpu.max": "200000 100000\n"})) == 64
 
 
 @pytest.fixture
@@ -48,13 +41,13 @@ def plenty_free(monkeypatch):
 
 
 def test_memory_is_capped_by_a_v2_limit_without_page_cache(tmp_path, plenty_free):
-    root = _tree(tmp_path, {"memory.max": f"{4 << 30}\n", "memory.current": f"{3 << 30}\n",
+    root = make_tree(tmp_path, {"memory.max": f"{4 << 30}\n", "memory.current": f"{3 << 30}\n",
                             "memory.stat": f"anon 1\ninactive_file {1 << 30}\nactive_file {1 << 30}\n"})
     assert machine.memory_available(root) == 3 << 30   # 4 GiB limit - (3 GiB used - 2 GiB of cache)
 
 
 def test_memory_is_capped_by_a_v1_limit(tmp_path, plenty_free):
-    root = _tree(tmp_path, {"memory/memory.limit_in_bytes": f"{2 << 30}\n",
+    root = make_tree(tmp_path, {"memory/memory.limit_in_bytes": f"{2 << 30}\n",
                             "memory/memory.usage_in_bytes": f"{1 << 30}\n",
                             "memory/memory.stat": f"total_inactive_file {256 << 20}\ntotal_active_file 0\n"})
     assert machine.memory_available(root) == (2 << 30) - (768 << 20)
@@ -66,12 +59,12 @@ def test_memory_is_capped_by_a_v1_limit(tmp_path, plenty_free):
     {"memory/memory.limit_in_bytes": "9223372036854771712\n", "memory/memory.usage_in_bytes": "5\n"},
 ])
 def test_memory_without_a_limit_is_the_kernels_free_memory(tmp_path, plenty_free, files):
-    assert machine.memory_available(_tree(tmp_path, files)) == 64 << 30
+    assert machine.memory_available(make_tree(tmp_path, files)) == 64 << 30
 
 
 def test_a_small_free_figure_wins_over_a_large_limit(tmp_path, monkeypatch):
     monkeypatch.setattr(machine, "_mem_available", lambda: 1 << 30)
-    root = _tree(tmp_path, {"memory.max": f"{8 << 30}\n", "memory.current": "0\n"})
+    root = make_tree(tmp_path, {"memory.max": f"{8 << 30}\n", "memory.current": "0\n"})
     assert machine.memory_available(root) == 1 << 30
 
 
