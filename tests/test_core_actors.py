@@ -56,8 +56,12 @@ def test_calls_sent_before_a_failed_constructor_say_why(ray_start):
 
     b = Broken.remote()
     for ref in [b.method.remote() for _ in range(3)]:   # the first ones reach the worker already
-        with pytest.raises(ray.exceptions.RayActorError, match="boom in init"):
+        with pytest.raises(ray.exceptions.RayActorError, match="boom in init") as excinfo:
             ray.get(ref, timeout=10)
+        # as Ray: the ActorDiedError itself, showing the constructor's line, not raylite's frames
+        assert not isinstance(excinfo.value, ray.exceptions.RayTaskError)
+        assert 'raise RuntimeError("boom in init")' in str(excinfo.value)
+        assert "raylite/core" not in str(excinfo.value)
 
 
 def test_actor_constructor_args_and_kwargs(ray_start):

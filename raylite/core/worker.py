@@ -224,6 +224,11 @@ class _Executor:
                             assigned=assigned, accelerator_ids=accel, placement=spec.placement)
 
     def execute(self, spec: TaskSpec, deps: dict, assigned: dict, accel: dict) -> None:
+        if spec.kind == "actor_call" and self.actor is None and self.init_error:
+            # as Ray: ActorDiedError itself, with the constructor's traceback (not this call's frames)
+            err = exceptions.ActorDiedError(f"cannot run {spec.name}: the actor is dead (its constructor raised)"
+                                            f"\n\n{self.init_error}")
+            return self.finish(spec, [serialization.dumps(err, None, is_error=True)] * max(1, len(spec.return_ids)))
         self.begin(spec, assigned, accel)
         try:
             self.interrupted = False
@@ -364,8 +369,8 @@ class _Executor:
                 else:
                     self.actor = cls(*args, **kwargs)
             except Exception as e:
-                self.actor = None
-                self.init_error = f"{type(e).__name__}: {e}"   # for the calls already sent here
+                self.actor = None   # the calls already sent here fail with its traceback (see execute)
+                self.init_error = "".join(traceback.format_exception(type(e), e, e.__traceback__.tb_next)).rstrip()
                 raise
             return None
         else:
