@@ -132,6 +132,15 @@ def spin_on(deadline: float) -> bool:
     return running <= _CPUS
 
 
+def poll_spinning(poller, seconds: float) -> list:
+    """poller.poll(0) until something is ready or spin_on says stop: what is ready, maybe nothing."""
+    deadline = time.perf_counter() + seconds
+    while True:
+        ready = poller.poll(0)   # (not a failing recv: its exception costs more pages)
+        if ready or not spin_on(deadline):
+            return ready
+
+
 def _open_loadavg() -> int | None:
     try:
         return os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
@@ -182,11 +191,7 @@ class Channel:
         if self.poller is None:
             self.poller = select.poll()
             self.poller.register(self.sock, select.POLLIN)
-        deadline = time.perf_counter() + seconds
-        while not self.poller.poll(0):   # (not a failing recv: its exception costs more pages)
-            if not spin_on(deadline):
-                return None
-        return self.sock.recv(_READ_CHUNK)
+        return self.sock.recv(_READ_CHUNK) if poll_spinning(self.poller, seconds) else None
 
     # --- non-blocking side (the node manager) ---
     def feed(self) -> list | None:

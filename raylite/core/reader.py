@@ -20,9 +20,8 @@ import select
 import selectors
 import socket
 import threading
-import time
 
-from raylite.core.protocol import SPIN_S, spin_on
+from raylite.core.protocol import SPIN_S, poll_spinning
 
 
 class Reader:
@@ -190,13 +189,7 @@ class ProducerReading:
 
 def _poll(poller, spin: float) -> list:
     """poller.poll(), first polling for `spin` seconds."""
-    if spin:
-        deadline = time.perf_counter() + spin
-        while True:
-            ready = poller.poll(0)
-            if ready or not spin_on(deadline):
-                return ready or poller.poll()
-    return poller.poll()
+    return (spin and poll_spinning(poller, spin)) or poller.poll()
 
 
 def _drain(sock: socket.socket) -> None:
