@@ -256,6 +256,22 @@ def test_cluster_is_visible_through_raylite(cluster):
     assert assigned.get("second") == 1
 
 
+def test_metrics_are_rays_own_on_a_cluster(cluster):
+    from ray.util import metrics as ray_metrics
+
+    from raylite.util.metrics import Counter, Histogram
+
+    @raylite.remote
+    def record(counter):
+        counter.inc(tags={"k": "v"})
+        return type(counter._ray).__name__, type(counter._ray).__module__
+
+    counter = Counter("raylite_backend_calls", tag_keys=("k",))
+    assert isinstance(counter._ray, ray_metrics.Counter)
+    assert raylite.get(record.remote(counter)) == ("Counter", "ray.util.metrics")
+    assert isinstance(Histogram("raylite_backend_lat", boundaries=[1.0])._ray, ray_metrics.Histogram)
+
+
 def test_placement_groups_are_rays_own_on_a_cluster(cluster):
     from raylite.util.placement_group import placement_group, placement_group_table, remove_placement_group
     from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy

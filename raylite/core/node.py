@@ -18,7 +18,7 @@ import time
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import accelerators, runtime_env, segments, serialization, streams
+from raylite.core import accelerators, metrics, runtime_env, segments, serialization, streams
 from raylite.core.events import TaskEvents
 from raylite.core.groups import Groups
 from raylite.core.actors import ActorLifecycle
@@ -881,6 +881,9 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
             spec.max_retries -= 1   # retry_exceptions: the same budget as a crashed worker's retries
             return self._enqueue(spec)
         self._finish(spec, results)
+
+    def _msg_metrics(self, w: WorkerProc, updates: list) -> None:
+        metrics.store.merge(updates)
 
     def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes) -> None:
         if w.task is not None and spec.kind == "task":

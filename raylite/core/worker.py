@@ -13,7 +13,7 @@ import types
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import concurrency, context, objects, remote, serialization, streams
+from raylite.core import concurrency, context, metrics, objects, remote, serialization, streams
 from raylite.core.segments import mappings
 from raylite.core.protocol import SPIN_S, ArgRef, Channel, TaskSpec, spec_from_wire
 from raylite.core.resources import NodeResources
@@ -298,6 +298,7 @@ class _Executor:
         sys.stdout.flush()
         sys.stderr.flush()
         wired = [r.wire() for r in results]   # plain data: see protocol.spec_to_wire
+        _report_metrics(self.client)
         start, self.log_start = self.log_start, None
         if start is not None and start[0] == spec.task_id and (sizes := _log_sizes()) is not None:
             # where its output is in the log files (Ray's task_log_info)
@@ -410,6 +411,13 @@ class _Executor:
             raise ValueError(f"{spec.name} declared num_returns={n} but its generator yielded "
                              f"{'more' if len(out) > n else len(out)} values")
         return out
+
+
+def _report_metrics(client: WorkerClient) -> None:
+    """Send the driver what ray.util.metrics recorded here since the last report (ahead of the
+    result that follows, so the driver has them once get returns it)."""
+    if metrics.store.pending:
+        client.send(("metrics", metrics.store.take()))
 
 
 def _incoming(msg):
@@ -527,6 +535,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     client = WorkerClient(chan, config["shm_prefix"], NodeResources(config["totals"], config["device_ids"]))
     objects.process.client = client
     objects.process.index = config["index"]
+    metrics.store.forwarding = True
     objects.process.runtime_env = config["runtime_env"]
     context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"],
                         restarted=config["restarted"], namespace=config["namespace"])
@@ -558,6 +567,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
             break
         if msg[0] == "exit":
             executor.drain()
+            _report_metrics(client)
             break
         kind = msg[0]
         if kind == "run":
