@@ -222,6 +222,16 @@ def test_actor_types_annotate_what_remote_returns(ray_start):
     assert call(handle) == 1
 
 
+def test_runtime_context_module_names_the_context_type(ray_start):
+    from raylite.runtime_context import RuntimeContext, get_runtime_context
+
+    def node_of(ctx: RuntimeContext) -> str:   # annotations written against ray.runtime_context
+        return ctx.get_node_id()
+
+    assert isinstance(ray.get_runtime_context(), RuntimeContext)
+    assert node_of(get_runtime_context()) == ray.get_runtime_context().get_node_id()
+
+
 def test_cloudpickle_is_reachable_but_not_imported_by_import_raylite():
     script = ("import sys, raylite\n"
               "assert 'cloudpickle' not in sys.modules and 'raylite.runtime_env' not in sys.modules\n"

@@ -256,6 +256,19 @@ def test_cluster_is_visible_through_raylite(cluster):
     assert assigned.get("second") == 1
 
 
+def test_label_selection_is_rays_own_on_a_cluster(cluster):
+    from raylite.util.scheduling_strategies import In, NodeLabelSchedulingStrategy
+
+    @raylite.remote
+    def node():
+        return raylite.get_runtime_context().get_node_id()
+
+    second = raylite.get(node.options(resources={"second": 1}).remote())
+    by_label = NodeLabelSchedulingStrategy({"ray.io/node-id": In(second)})
+    assert raylite.get(node.options(scheduling_strategy=by_label).remote(), timeout=60) == second
+    assert raylite.get(node.options(label_selector={"ray.io/node-id": second}).remote(), timeout=60) == second
+
+
 def test_metrics_are_rays_own_on_a_cluster(cluster):
     from ray.util import metrics as ray_metrics
 

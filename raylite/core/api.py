@@ -9,7 +9,8 @@ from raylite import exceptions
 from raylite.core import context, ray_backend, segments, serialization
 from raylite.core.objects import ObjectRef, next_id, process
 from raylite.core.remote import ActorClass, ActorHandle, RemoteFunction
-from raylite.core.resources import SCALE, to_fixed
+from raylite.core.labels import ACCELERATOR_TYPE_KEY, node_labels as labels_of_node
+from raylite.core.resources import ACCELERATOR_TYPE_PREFIX, SCALE, to_fixed
 from raylite.core.streams import ObjectRefGenerator
 
 _lock = threading.RLock()
@@ -71,6 +72,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             from raylite.core import runtime_env as runtime_envs
             from raylite.core.zygote import Zygote
             job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
+            node_id = os.urandom(14).hex()
+            node_labels = labels_of_node(node_id, labels)   # (checked before anything starts)
             if namespace is not None and (not isinstance(namespace, str) or not namespace):
                 raise ValueError(f"namespace must be a non-empty string (or None), got namespace={namespace!r}")
             if logging_config is not None:
@@ -91,11 +94,13 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             totals.update(device_totals)
             from raylite.core.driver import DriverClient
             from raylite.core.node import Node
-            node_id = os.urandom(14).hex()
+            types = [k[len(ACCELERATOR_TYPE_PREFIX):] for k in totals if k.startswith(ACCELERATOR_TYPE_PREFIX)]
+            if len(types) == 1:   # as Ray labels a node with its GPUs' type
+                node_labels[ACCELERATOR_TYPE_KEY] = types[0]
             namespace = namespace or _anonymous_namespace()
             log_dir = None if log_to_driver else _log_dir(_temp_dir, zygote.session)
             _node = Node(totals, device_ids, zygote.session, node_id, "01000000", zygote, job_env, namespace,
-                         log_dir, logging_config.to_dict() if logging_config is not None else None)
+                         log_dir, logging_config.to_dict() if logging_config is not None else None, node_labels)
             zygote = None   # the node owns it now
             try:
                 serialization._pickler()   # the first .remote() needs cloudpickle: import it while the zygote starts
@@ -106,7 +111,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 raise
             process.client = DriverClient(_node)
             process.index = 0
-            context.set_process(job_id="01000000", node_id=node_id, worker_id=0, namespace=namespace)
+            context.set_process(job_id="01000000", node_id=node_id, worker_id=0, namespace=namespace,
+                                labels=node_labels)
             if logging_config is not None:
                 logging_config._apply()
             return _context()
@@ -361,7 +367,7 @@ def nodes() -> list[dict]:
         return process.ray.nodes()
     total = cluster_resources()
     return [{"NodeID": context.get_runtime_context().get_node_id(), "Alive": True,
-             "NodeManagerAddress": NODE_IP, "Resources": total}]
+             "NodeManagerAddress": NODE_IP, "Resources": total, "Labels": context.node_labels()}]
 
 
 def get_node_ip_address() -> str:

@@ -22,6 +22,7 @@ class _Process:
     node_id = ""
     worker_id = 0
     namespace = ""
+    labels: dict = {}
     restarted = False   # an actor's process started again after its previous one died
     actor_meta = None   # in an actor's process: its handle's (class name, methods, max_pending_calls)
     actor_name = ""
@@ -46,9 +47,16 @@ _call: ContextVar[_Call] = ContextVar("raylite_call")
 _last = _Call()   # for threads the user starts inside a task, which begin with an empty context
 
 
-def set_process(job_id: str, node_id: str, worker_id: int, restarted: bool = False, namespace: str = "") -> None:
+def set_process(job_id: str, node_id: str, worker_id: int, restarted: bool = False, namespace: str = "",
+                labels: dict | None = None) -> None:
     _process.job_id, _process.node_id, _process.worker_id = job_id, node_id, worker_id
     _process.restarted, _process.namespace = restarted, namespace
+    _process.labels = labels or {"ray.io/node-id": node_id}
+
+
+def node_labels() -> dict[str, str]:
+    """This node's labels (raylite.core.labels): Ray's own and init(labels=...)'s."""
+    return _process.labels or {"ray.io/node-id": _process.node_id}
 
 
 def set_actor(meta: tuple, name: str | None) -> None:
@@ -166,7 +174,7 @@ class RuntimeContext:
 
     def get_node_labels(self) -> dict[str, str]:
         """The node's labels, as the state API's ``list_nodes`` reports them."""
-        return {"ray.io/node-id": self.get_node_id()}
+        return dict(node_labels())
 
     def get_assigned_resources(self) -> dict[str, float]:
         return dict(_now().assigned)

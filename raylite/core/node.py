@@ -100,7 +100,7 @@ class _Resignal:
 class Node(ActorLifecycle, WorkerOutput, ProducerReading):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
-                 log_dir: str | None = None, logging: dict | None = None):
+                 log_dir: str | None = None, logging: dict | None = None, labels: dict | None = None):
         self.res = NodeResources(totals, device_ids)
         self.groups = Groups(self.res)
         self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
@@ -110,6 +110,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         self.namespace = namespace   # the job's: named actors without one of their own live here
         self.log_dir = log_dir       # init(log_to_driver=False): worker output goes to files here
         self.logging = logging       # init(logging_config=...), as a dict each worker applies at start
+        self.labels = labels or {"ray.io/node-id": node_id}   # (raylite.core.labels)
         self.shm_prefix = segments.session_prefix(session)
         store = totals.get("object_store_memory", 0) // SCALE
         self.pool = segments.pool = segments.SegmentPool(min(store // 4, 4 << 30))
@@ -331,11 +332,11 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
             actor.pinned = spec.detached   # lives on without handles (until killed or the driver ends)
             self.actors[spec.actor_id] = actor
         request = spec.schedule_request or spec.request
-        message = None
-        if spec.placement is not None:
+        message = spec.unschedulable   # (from its label selector, decided where it was submitted)
+        if message is None and spec.placement is not None:
             why = self.groups.fits(spec.placement, spec.request)
             message = f"{spec.name} can never be scheduled: {why}" if why else None
-        elif not self._feasible(request):
+        elif message is None and not self._feasible(request):
             message = (f"{spec.name} asks for {self.res.describe(request)} but this node has "
                        f"{self.res.describe(self.res.total)}; it can never be scheduled")
         if message:
@@ -732,7 +733,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
             raise
         env_vars, sys_path, cwd = runtime_env.worker_settings(env, list(sys.path), os.getcwd())
         config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
-                  "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace,
+                  "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace, "labels": self.labels,
                   "logging": self.logging, "log_dir": self.log_dir, "shm_dir": segments.SHM_DIR,
                   "env": {**self._worker_env(device_ids, key[1]), **env_vars}, "runtime_env": env,
                   "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}

@@ -242,10 +242,14 @@ def timeline(filename: str | None):
 def _ray_options(options: dict) -> dict:
     """raylite's scheduling strategy objects (raylite.util.scheduling_strategies) as Ray's."""
     strategy = options.get("scheduling_strategy")
-    if type(strategy).__module__ != "raylite.core.placement_groups":
+    if type(strategy).__module__ not in ("raylite.core.placement_groups", "raylite.core.labels"):
         return options
     from ray.util import scheduling_strategies as theirs
-    if hasattr(strategy, "placement_group"):
+    if hasattr(strategy, "hard"):
+        def conditions(ours):
+            return {key: getattr(theirs, type(op).__name__)(*getattr(op, "values", ())) for key, op in ours.items()}
+        strategy = theirs.NodeLabelSchedulingStrategy(conditions(strategy.hard), soft=conditions(strategy.soft or {}))
+    elif hasattr(strategy, "placement_group"):
         strategy = theirs.PlacementGroupSchedulingStrategy(
             strategy.placement_group, strategy.placement_group_bundle_index,
             strategy.placement_group_capture_child_tasks)

@@ -5,22 +5,21 @@ import os
 import warnings
 
 from raylite import exceptions
-from raylite.core import context, objects, ray_backend, runtime_env, serialization, streams
+from raylite.core import context, labels, objects, ray_backend, runtime_env, serialization, streams
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import ArgRef, TaskSpec
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
-_IGNORED_KEYS = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
-                 "placement_group_capture_child_tasks", "object_store_memory", "_metadata", "label_selector",
-                 "enable_task_events", "_labels"}
 _PLACEMENT_KEYS = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
-                   "placement_group_capture_child_tasks"}
-TASK_OPTIONS = _RESOURCE_KEYS | _IGNORED_KEYS | {"runtime_env", "max_calls", "max_retries", "retry_exceptions",
-                                                 "num_returns", "name"}
-ACTOR_OPTIONS = _RESOURCE_KEYS | _IGNORED_KEYS | {"runtime_env", "max_restarts", "max_task_retries",
-                                                  "max_concurrency", "name", "namespace", "lifetime",
-                                                  "get_if_exists", "max_pending_calls", "concurrency_groups"}
+                   "placement_group_capture_child_tasks"}   # see _placement and _unschedulable
+_SCHEDULING_KEYS = _PLACEMENT_KEYS | {"label_selector"}
+_IGNORED_KEYS = {"object_store_memory", "_metadata", "enable_task_events", "_labels"}
+TASK_OPTIONS = _RESOURCE_KEYS | _SCHEDULING_KEYS | _IGNORED_KEYS | {
+    "runtime_env", "max_calls", "max_retries", "retry_exceptions", "num_returns", "name"}
+ACTOR_OPTIONS = _RESOURCE_KEYS | _SCHEDULING_KEYS | _IGNORED_KEYS | {
+    "runtime_env", "max_restarts", "max_task_retries", "max_concurrency", "name", "namespace", "lifetime",
+    "get_if_exists", "max_pending_calls", "concurrency_groups"}
 
 
 def _check_int(options: dict, key: str, minimum: int) -> None:
@@ -47,6 +46,12 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
         _check_int(options, key, -1)
     if "retry_exceptions" in options:
         _retry_on(options["retry_exceptions"])
+    if options.get("label_selector") is not None:
+        labels.selector(options["label_selector"])
+    strategy = options.get("scheduling_strategy")
+    if isinstance(strategy, str) and strategy not in ("DEFAULT", "SPREAD"):
+        raise ValueError(f"scheduling_strategy must be 'DEFAULT', 'SPREAD' or a strategy object "
+                         f"(ray.util.scheduling_strategies), got {strategy!r}")
     groups = options.get("concurrency_groups")
     if groups is not None and not (isinstance(groups, dict) and all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
@@ -91,6 +96,29 @@ def _request(options: dict, default_cpus: float) -> dict:
     return normalize_request(num_cpus=options.get("num_cpus"), num_gpus=options.get("num_gpus"),
                              resources=options.get("resources"), memory=options.get("memory"),
                              accelerator_type=options.get("accelerator_type"), default_cpus=default_cpus)
+
+
+def _unschedulable(options: dict, name: str) -> str | None:
+    """Why this node can never run a task or actor with these options (its label selector, a
+    NodeLabelSchedulingStrategy, or a hard NodeAffinitySchedulingStrategy naming another node);
+    warned at submission, as for a request larger than the node."""
+    selector, strategy = options.get("label_selector"), options.get("scheduling_strategy")
+    if not selector and strategy is None:
+        return None
+    node = context.node_labels()
+    why = labels.unmet(labels.selector(selector), node) if selector else None
+    if why is None and isinstance(strategy, labels.NodeLabelSchedulingStrategy):
+        why = labels.unmet(strategy.constraints(), node)
+    if why is None and type(strategy).__name__ == "NodeAffinitySchedulingStrategy" and not strategy.soft:
+        wanted = strategy.node_id.hex() if hasattr(strategy.node_id, "hex") else strategy.node_id
+        if wanted != node[labels.NODE_ID_KEY]:
+            why = (f"its NodeAffinitySchedulingStrategy asks for node {wanted!r} (soft=False), but this node is "
+                   f"{node[labels.NODE_ID_KEY]!r}")
+    if why is None:
+        return None
+    message = f"{name} can never be scheduled: {why}"
+    warnings.warn(f"{message}; get() on it raises InfeasibleTaskError.", UserWarning, stacklevel=4)
+    return message
 
 
 def _client():
@@ -269,7 +297,8 @@ class RemoteFunction:
                         self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries,
                         runtime_env=_env(options, name, holder or self), placement=_placement(options),
                         stream=stream, retry_exceptions=(self._retry_on if options is self._options
-                                                         else _retry_on(options.get("retry_exceptions", False))))
+                                                         else _retry_on(options.get("retry_exceptions", False))),
+                        unschedulable=_unschedulable(options, name))
         _warn_if_infeasible(client, name, request, self if request is self._request else None)
         client.submit(spec, self._bytes)
         return _refs(spec)
@@ -367,7 +396,8 @@ class ActorClass:
                         class_meta=meta, max_concurrency=options.get("max_concurrency") or self._async_default,
                         concurrency_groups=options.get("concurrency_groups") or None,
                         runtime_env=_env(options, self._name, holder or self),
-                        placement=_placement(options), detached=options.get("lifetime") == "detached")
+                        placement=_placement(options), detached=options.get("lifetime") == "detached",
+                        unschedulable=_unschedulable(options, self._name))
         spec.actor_id = spec.task_id
         if name is not None:   # at once, as in Ray: a taken name raises here (or get_if_exists returns it)
             existing = client.create_named(spec, self._bytes, bool(options.get("get_if_exists")))

@@ -246,7 +246,7 @@ def workers(node, detail: bool) -> list[dict]:
 def nodes(node, detail: bool) -> list[dict]:
     row = {"node_id": node.node_id, "node_ip": NODE_IP, "is_head_node": True, "state": "ALIVE",
            "state_message": None, "node_name": NODE_IP, "resources_total": _resources(node.res.total),
-           "labels": {"ray.io/node-id": node.node_id}}
+           "labels": dict(node.labels)}
     if detail:
         row["start_time_ms"] = _ms(node.task_events.started_at)
     return [row]

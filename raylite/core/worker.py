@@ -538,7 +538,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     metrics.store.forwarding = True
     objects.process.runtime_env = config["runtime_env"]
     context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"],
-                        restarted=config["restarted"], namespace=config["namespace"])
+                        restarted=config["restarted"], namespace=config["namespace"], labels=config["labels"])
     if config["logging"] is not None:
         from raylite.core.logging_config import LoggingConfig
         LoggingConfig(**config["logging"])._apply()
