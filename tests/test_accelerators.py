@@ -448,6 +448,7 @@ def test_accelerator_type_match_runs():
     ids, assigned = ray.get(on_h200.remote())
     assert ids == [0]
     assert math.isclose(assigned["accelerator_type:H200"], 0.001)
+    assert ray.get_runtime_context().get_node_labels()["ray.io/accelerator-type"] == "H200"   # as Ray labels it
 
     @ray.remote(accelerator_type="H200")
     class OnH200:
@@ -455,6 +456,14 @@ def test_accelerator_type_match_runs():
             return "ok"
 
     assert ray.get(OnH200.remote().ok.remote()) == "ok"
+
+
+def test_every_accelerator_type_constant_of_ray_has_rays_value():
+    theirs = pytest.importorskip("ray.util.accelerators")
+    from raylite.util import accelerators as ours
+    constants = {n: v for n, v in vars(theirs).items() if n.isupper() and isinstance(v, str)}
+    assert len(constants) > 30
+    assert {n: getattr(ours, n, None) for n in constants} == constants
 
 
 def test_accelerator_type_mismatch_is_infeasible():
