@@ -507,6 +507,38 @@ def test_cancel_pending_task(ray_start, tmp_path, wait_until):
     assert not ran.exists(), "cancelled pending task ran anyway"
 
 
+def test_cancel_of_a_task_waiting_for_its_arguments_never_runs_it(ray_start, tmp_path, capfd):
+    release = tmp_path / "release"
+    ran = tmp_path / "dependent-ran"
+
+    @ray.remote
+    def producer(release):
+        while not os.path.exists(release):
+            time.sleep(0.01)
+        return 1
+
+    @ray.remote
+    def dependent(x, marker):
+        open(marker, "w").close()
+        return x
+
+    dep = dependent.remote(producer.remote(str(release)), str(ran))
+    ray.cancel(dep)
+    with pytest.raises(exc.TaskCancelledError):
+        ray.get(dep, timeout=10)
+    release.touch()   # its argument is ready now: the cancelled task must stay cancelled
+    time.sleep(0.5)
+
+    @ray.remote
+    def after():
+        return "after"
+
+    assert ray.get(after.remote()) == "after"
+    assert not ran.exists(), "a task cancelled while it waited for its arguments ran anyway"
+    assert ray.available_resources()["CPU"] == 2.0
+    assert "internal error" not in capfd.readouterr().err
+
+
 def test_cancel_running_task_interrupts_it(ray_start, tmp_path, wait_until):
     started = tmp_path / "started"
 

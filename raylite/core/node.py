@@ -380,8 +380,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
         return ok
 
     def _enqueue(self, spec: TaskSpec) -> None:
-        if spec.task_id in self.cancelled:
-            return
+        if spec.task_id in self.cancelled or (spec.return_ids and self.producers.get(spec.return_ids[0]) is not spec):
+            return   # cancelled, or already finished while it waited (cancelled waiting for its arguments)
         self.queues.setdefault(_queue_key(spec), deque()).append(spec)
 
     def _requeue(self, spec: TaskSpec) -> None:
