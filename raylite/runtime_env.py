@@ -16,8 +16,9 @@ _DEFAULT_SETUP_TIMEOUT_S = 600
 
 
 class RuntimeEnvConfig(dict):
-    """Options for setting up a runtime environment (``runtime_env["config"]``); raylite's local
-    runtime installs nothing, so they only travel with the environment."""
+    """Options for setting up a runtime environment (``runtime_env["config"]``); on the local
+    runtime, ``setup_timeout_seconds`` bounds a pip or uv install, and the others only travel with
+    the environment."""
 
     def __init__(self, setup_timeout_seconds: int = _DEFAULT_SETUP_TIMEOUT_S, eager_install: bool = True,
                  log_files: list[str] | None = None):

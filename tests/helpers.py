@@ -36,3 +36,24 @@ def make_tree(root, files: dict) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return str(root)
+
+
+def make_wheel(directory, name: str, version: str, source: str) -> str:
+    """A pure-Python wheel holding one module `name` (pip installs it offline); its path."""
+    import base64
+    import hashlib
+    import os
+    import zipfile
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": source,
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: raylite-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    def digest(text: str) -> str:
+        return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+    record = "".join(f"{p},{digest(c)},{len(c.encode())}\n" for p, c in files.items()) + f"{info}/RECORD,,\n"
+    path = os.path.join(directory, f"{name}-{version}-py3-none-any.whl")
+    with zipfile.ZipFile(path, "w") as z:
+        for p, c in files.items():
+            z.writestr(p, c)
+        z.writestr(f"{info}/RECORD", record)
+    return path

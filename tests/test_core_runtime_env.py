@@ -4,6 +4,7 @@ import os
 import textwrap
 
 import pytest
+from helpers import make_wheel
 
 import raylite as ray
 
@@ -98,10 +99,109 @@ def test_bad_job_runtime_env_fails_init_before_starting_anything(ray_init):
     assert not ray.is_initialized()
 
 
-def test_pip_is_not_installed_but_warned_about(ray_start):
-    from raylite.core import runtime_env
-    runtime_env._warned.discard("pip")
-    f = read_env.options(runtime_env={"pip": ["requests"], "env_vars": {"P": "1"}})
-    with pytest.warns(UserWarning, match=r"installs nothing: runtime_env\['pip'\]"):
-        ref = f.remote("P")
-    assert ray.get(ref) == "1"
+@pytest.fixture
+def offline_pip(tmp_path, monkeypatch):
+    """pip installs from local wheels only, into environments under tmp_path."""
+    monkeypatch.setenv("RAYLITE_RUNTIME_ENV_DIR", str(tmp_path / "envs"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    return tmp_path
+
+
+def test_pip_packages_are_installed_for_the_task_that_asks_only(ray_start, offline_pip):
+    wheel = make_wheel(offline_pip, "raylite_probe_pkg", "1.0", "VALUE = 42\n")
+
+    @ray.remote(runtime_env={"pip": [wheel]})
+    def probe():
+        import raylite_probe_pkg
+        return raylite_probe_pkg.VALUE, raylite_probe_pkg.__file__
+
+    @ray.remote
+    def plain():
+        try:
+            import raylite_probe_pkg  # noqa: F401
+        except ImportError:
+            return "not installed"
+        return "installed"
+
+    value, where = ray.get(probe.remote(), timeout=120)
+    assert value == 42 and where.startswith(str(offline_pip / "envs"))
+    assert ray.get(plain.remote()) == "not installed"   # the driver's Python is untouched too
+    with pytest.raises(ImportError):
+        import raylite_probe_pkg  # noqa: F401
+    envs = sorted(os.listdir(offline_pip / "envs"))
+    assert len(envs) == 1 and ".tmp-" not in envs[0]
+    # a requirements file in the dict form names the same list: the same environment, reused
+    reqs = offline_pip / "requirements.txt"
+    reqs.write_text(f"# the probe\n{wheel}\n")
+    again = probe.options(runtime_env={"pip": {"packages": str(reqs), "pip_check": False}})
+    assert ray.get(again.remote(), timeout=30)[0] == 42
+    assert sorted(os.listdir(offline_pip / "envs")) == envs
+
+
+def test_a_failed_install_fails_the_work_with_the_installers_words(ray_start, offline_pip):
+    @ray.remote
+    def never():
+        return "ran"
+
+    @ray.remote
+    class Never:
+        def ping(self):
+            return "ran"
+
+    env = {"pip": ["raylite-no-such-package==9.9"]}
+    with pytest.raises(ray.exceptions.RuntimeEnvSetupError, match="No matching distribution"):
+        ray.get(never.options(runtime_env=env).remote(), timeout=120)
+    actor = Never.options(runtime_env=env).remote()
+    with pytest.raises(ray.exceptions.ActorDiedError, match="RuntimeEnvSetupError"):
+        ray.get(actor.ping.remote(), timeout=60)
+    assert ray.get(never.remote()) == "ran"
+    assert os.listdir(offline_pip / "envs") == []   # nothing half-built is kept
+
+
+def _children_running(word: str) -> list[int]:
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and word.encode() in cmdline:
+            pids.append(int(pid))
+    return pids
+
+
+def test_a_hung_install_times_out_and_shutdown_stops_the_installer(ray_init, offline_pip, monkeypatch,
+                                                                   wait_until, wait_pids_gone):
+    import socket
+    silent = socket.create_server(("127.0.0.1", 0))   # an index that accepts and never answers
+    monkeypatch.delenv("PIP_NO_INDEX")
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{silent.getsockname()[1]}/simple")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    try:
+        ray_init(num_cpus=1)
+        env = {"pip": ["raylite-slow-package"], "config": {"setup_timeout_seconds": 2}}
+        with pytest.raises(ray.exceptions.RuntimeEnvSetupError, match="setup_timeout_seconds=2"):
+            ray.get(read_env.options(runtime_env=env).remote("X"), timeout=60)
+        read_env.options(runtime_env={"pip": ["raylite-other-package"]}).remote("X")
+        installers = wait_until(lambda: _children_running("raylite-other-package"), timeout=30)
+        ray.shutdown()
+        wait_pids_gone(installers, timeout=10, what="the pip installer")
+    finally:
+        silent.close()
+
+
+def test_pip_field_is_checked_where_it_is_given():
+    with pytest.raises(TypeError, match=r"runtime_env\['pip'\] must be a list of requirement strings"):
+        read_env.options(runtime_env={"pip": [1]})
+    with pytest.raises(ValueError, match="cannot have both 'pip' and 'uv'"):
+        read_env.options(runtime_env={"pip": ["a"], "uv": ["b"]})
+    with pytest.raises(ValueError, match="needs 'packages'"):
+        read_env.options(runtime_env={"pip": {"pip_version": "==23"}})
+    with pytest.raises(ValueError, match="neither a list of requirements nor a readable requirements file"):
+        read_env.options(runtime_env={"pip": "/no/such/requirements.txt"})
+    with pytest.raises(ValueError, match=r"setup_timeout_seconds'\] must be a positive int"):
+        read_env.options(runtime_env={"pip": ["a"], "config": {"setup_timeout_seconds": 0}})

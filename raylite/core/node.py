@@ -22,6 +22,7 @@ from raylite.core import accelerators, metrics, runtime_env, segments, serializa
 from raylite.core.events import TaskEvents
 from raylite.core.groups import Groups
 from raylite.core.actors import ActorLifecycle
+from raylite.core.env_setup import EnvSetup
 from raylite.core.object_table import ObjectTable
 from raylite.core.output import WorkerOutput
 from raylite.core.reader import ProducerReading
@@ -97,7 +98,7 @@ class _Resignal:
         self.node._resignal(self)
 
 
-class Node(ActorLifecycle, WorkerOutput, ProducerReading):
+class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
                  log_dir: str | None = None, logging: dict | None = None, labels: dict | None = None):
@@ -142,6 +143,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
                                                                       #  launched, ended)
         self.oom_kills = _oom_kills()   # the kernel's count, to tell an out-of-memory kill (_worker_gone)
         self._init_readers()
+        self._init_env_setup()
         self._worker_index = itertools.count(1)
         self.stopping = False
         self.lock = threading.Lock()      # held by whoever runs node code: the node thread or a caller
@@ -346,9 +348,9 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
                 self.actors[spec.actor_id].state, self.actors[spec.actor_id].error = "DEAD", message
             return self._drop_args(spec)   # it never runs
         if spec.deps:
-            self._when_deps_ready(spec, lambda: self._enqueue(spec))
+            self._when_env_ready(spec, lambda: self._when_deps_ready(spec, lambda: self._enqueue(spec)))
         else:
-            self._enqueue(spec)
+            self._when_env_ready(spec, lambda: self._enqueue(spec))
 
     def _when_deps_ready(self, spec: TaskSpec, then) -> None:
         missing = self.table.missing(spec.deps)
@@ -736,6 +738,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
                   "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace, "labels": self.labels,
                   "logging": self.logging, "log_dir": self.log_dir, "shm_dir": segments.SHM_DIR,
                   "env": {**self._worker_env(device_ids, key[1]), **env_vars}, "runtime_env": env,
+                  "site_dirs": runtime_env.site_dirs(env),
                   "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}
         try:
             self.zygote.fork(config, [theirs.fileno(), out_w, err_w])
@@ -1046,6 +1049,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading):
             self.call_sync(begin)
         except Exception:
             pass
+        self._cancel_installs()
         self.zygote.close()            # kills every worker still running, removes segments
         self.call(lambda: None)
         self.thread.join(5)

@@ -48,6 +48,8 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
         _retry_on(options["retry_exceptions"])
     if options.get("label_selector") is not None:
         labels.selector(options["label_selector"])
+    if options.get("runtime_env") is not None:   # checked here; applied (and cached) at .remote()
+        runtime_env.normalize(options["runtime_env"], what)
     strategy = options.get("scheduling_strategy")
     if isinstance(strategy, str) and strategy not in ("DEFAULT", "SPREAD"):
         raise ValueError(f"scheduling_strategy must be 'DEFAULT', 'SPREAD' or a strategy object "

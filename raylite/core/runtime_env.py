@@ -1,12 +1,13 @@
-"""`runtime_env` on the local runtime: environment variables, a working directory and extra
-Python modules for a job's, a task's or an actor's workers.
+"""`runtime_env` on the local runtime: environment variables, a working directory, extra Python
+modules and pip (or uv) packages for a job's, a task's or an actor's workers.
 
 Everything here is applied when a worker is forked, before any user code runs (so frameworks see
 the variables at import), and workers are reused only by work with the same environment, as Ray
 dedicates workers per runtime environment. A child's ``runtime_env`` inherits its parent's (the
 job's, or the submitting task's): its fields replace the parent's, except ``env_vars``, which
-are merged. Nothing is installed: ``pip``, ``conda`` and ``uv`` requirements must already be met
-in this Python (raylite warns once), and remote URIs are not fetched.
+are merged. ``pip`` and ``uv`` packages are installed before the work starts (see
+raylite.core.pip_envs); ``conda`` installs nothing (raylite warns once), and remote URIs are not
+fetched.
 """
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import os
 import types
 import warnings
 
+from raylite.core import pip_envs
+
 Env = tuple   # normalized form: sorted (field, value) pairs, hashable, None when empty
 
-_NOT_INSTALLED = {"pip", "conda", "uv"}
-_IGNORED = {"excludes", "config", "_ray_commit", "worker_process_setup_hook"}
+DEFAULT_SETUP_TIMEOUT_S = 600
+_NOT_INSTALLED = {"conda"}
+_IGNORED = {"excludes", "_ray_commit", "worker_process_setup_hook"}
 _warned: set[str] = set()
 
 
@@ -37,6 +41,12 @@ def normalize(runtime_env, where: str) -> Env | None:
             out[field] = _local_dir(value, f"{where}: runtime_env['working_dir']")
         elif field == "py_modules":
             out[field] = tuple(_module_root(m, where) for m in _as_list(value, where))
+        elif field in pip_envs.FIELDS:
+            if value is not None:
+                out[field] = pip_envs.requirements(field, value, where)
+        elif field == "config":
+            if value is not None:
+                out[field] = _config(value, where)
         elif field in _NOT_INSTALLED:
             if field not in _warned:
                 _warned.add(field)
@@ -45,9 +55,40 @@ def normalize(runtime_env, where: str) -> Env | None:
                               f"(or run on a Ray cluster with backend='ray')", UserWarning, stacklevel=5)
         elif field not in _IGNORED:
             raise ValueError(f"{where}: runtime_env field {field!r} is not supported by raylite's local "
-                             f"runtime (supported: env_vars, working_dir, py_modules, pip/conda/uv as "
-                             f"already installed)")
+                             f"runtime (supported: env_vars, working_dir, py_modules, pip, uv, conda as "
+                             f"already installed, config)")
+    if "pip" in out and "uv" in out:
+        raise ValueError(f"{where}: runtime_env cannot have both 'pip' and 'uv' (as in Ray): pick one installer")
     return tuple(sorted(out.items())) or None
+
+
+def site_dirs(env: Env | None) -> list[str]:
+    """The installed packages' directory, whose .pth files a worker processes (editable installs)."""
+    install = to_install(env)
+    return [pip_envs.site_dir(pip_envs.env_dir(install[0], install[1]))] if install else []
+
+
+def _config(value, where: str) -> tuple:
+    """``config`` (a dict or RuntimeEnvConfig): its setup timeout is what applies here."""
+    if not isinstance(value, dict):
+        raise TypeError(f"{where}: runtime_env['config'] must be a dict or RuntimeEnvConfig, got {value!r}")
+    timeout = value.get("setup_timeout_seconds", DEFAULT_SETUP_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or (timeout <= 0 and timeout != -1):
+        raise ValueError(f"{where}: runtime_env['config']['setup_timeout_seconds'] must be a positive int or -1 "
+                         f"(no timeout), got {timeout!r}")
+    return (("setup_timeout_seconds", timeout),)
+
+
+def to_install(env: Env | None) -> tuple | None:
+    """(field, requirements, timeout in seconds or None) when the environment has packages to install."""
+    if not env:
+        return None
+    fields = dict(env)
+    for field in pip_envs.FIELDS:
+        if field in fields:
+            timeout = dict(fields.get("config", ())).get("setup_timeout_seconds", DEFAULT_SETUP_TIMEOUT_S)
+            return field, fields[field], None if timeout == -1 else timeout
+    return None
 
 
 def merge(parent: Env | None, child: Env | None) -> Env | None:
@@ -63,12 +104,14 @@ def merge(parent: Env | None, child: Env | None) -> Env | None:
 
 
 def worker_settings(env: Env | None, sys_path: list[str], cwd: str) -> tuple[dict, list[str], str]:
-    """(variables to set, sys.path, working directory) for a worker with this environment."""
+    """(variables to set, sys.path, working directory) for a worker with this environment; its
+    installed packages (see to_install: ready by now) come first, as in Ray's virtualenv."""
     if not env:
         return {}, sys_path, cwd
     fields = dict(env)
     extra = [fields["working_dir"]] if "working_dir" in fields else []
     extra += [p for p in fields.get("py_modules", ()) if p not in extra]
+    extra += [p for p in site_dirs(env) if p not in extra]
     return dict(fields.get("env_vars", ())), extra + [p for p in sys_path if p not in extra], \
         fields.get("working_dir", cwd)
 

@@ -527,6 +527,9 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
             os.environ[key] = value
     _reset_preloaded(config["env"].get("OMP_NUM_THREADS"))
     sys.path[:] = config["sys_path"]
+    for directory in config["site_dirs"]:   # runtime_env pip packages: their .pth files too
+        import site
+        site.addsitedir(directory)
     try:
         os.chdir(config["cwd"])
     except OSError:

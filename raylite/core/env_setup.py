@@ -1,0 +1,70 @@
+"""Node mixin: tasks and actors whose runtime_env has pip (or uv) packages wait, without holding
+resources, until their environment is installed (raylite.core.pip_envs), in a thread per
+environment; then they are queued as usual. If the install fails, they fail with
+RuntimeEnvSetupError (an actor's calls with ActorDiedError naming it), and so does later work
+asking for the same environment, as in Ray."""
+from __future__ import annotations
+
+import threading
+
+from raylite import exceptions
+from raylite.core import pip_envs, runtime_env
+from raylite.core.serialization import error_value
+
+
+class EnvSetup:
+    """Needs: job_env, actors, cancelled, producers, call, _finish, _actor_gone."""
+
+    def _init_env_setup(self) -> None:
+        self.installs: dict[tuple, object] = {}   # (field, requirements) -> waiting [(spec, then)], True, or error
+        self.installers: dict[tuple, pip_envs.Install] = {}   # those running now
+
+    def _when_env_ready(self, spec, then) -> None:
+        install = runtime_env.to_install(runtime_env.merge(self.job_env, spec.runtime_env))
+        if install is None:
+            return then()
+        key = install[:2]
+        state = self.installs.get(key)
+        if state is True:
+            return then()
+        if isinstance(state, str):
+            return self._env_failed(spec, state)
+        if state is None:
+            state = self.installs[key] = []
+            job = self.installers[key] = pip_envs.Install(*install)
+            threading.Thread(target=self._install, args=(key, job), name="raylite-runtime-env", daemon=True).start()
+        state.append((spec, then))
+
+    def _install(self, key: tuple, job: pip_envs.Install) -> None:
+        try:
+            why = job.run()
+        except Exception as e:   # noqa: BLE001 - reported to every waiting task
+            why = f"{type(e).__name__}: {e}"
+        self.call(self._installed, key, why)
+
+    def _installed(self, key: tuple, why: str | None) -> None:
+        waiting = self.installs.get(key)
+        self.installers.pop(key, None)
+        self.installs[key] = True if why is None else why
+        for spec, then in waiting if isinstance(waiting, list) else ():
+            if why is None:
+                then()
+            else:
+                self._env_failed(spec, why)
+
+    def _env_failed(self, spec, why: str) -> None:
+        message = f"the runtime_env of {spec.name} could not be set up: {why}"
+        if spec.kind == "actor_create":
+            actor = self.actors.get(spec.actor_id)
+            if actor is not None and actor.state != "DEAD":
+                actor.restarts_left, actor.error = 0, f"RuntimeEnvSetupError: {message}"
+                self._actor_gone(actor)
+            return
+        if spec.task_id in self.cancelled or (spec.return_ids and self.producers.get(spec.return_ids[0]) is not spec):
+            return   # cancelled (and finished) while it waited
+        self._finish(spec, error_value(exceptions.RuntimeEnvSetupError(message)))
+
+    def _cancel_installs(self) -> None:
+        """At shutdown: stop the installers (what they built so far is discarded)."""
+        for job in list(self.installers.values()):
+            job.cancel()
