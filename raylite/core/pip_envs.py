@@ -46,7 +46,8 @@ def requirements(field: str, value, where: str) -> tuple[str, ...]:
         value = [line for line in lines if line]
     if not isinstance(value, (list, tuple)) or not all(isinstance(r, str) and r.strip() for r in value):
         raise TypeError(f"{what} must be a list of requirement strings (e.g. ['requests==2.31']), got {value!r}")
-    return tuple(r.strip() for r in value)
+    # local paths (a wheel, a project directory) made absolute: the same environment from any cwd
+    return tuple(os.path.abspath(r.strip()) if os.path.exists(r.strip()) else r.strip() for r in value)
 
 
 def cache_root() -> str:
@@ -59,7 +60,7 @@ def cache_root() -> str:
 
 def env_dir(field: str, reqs: tuple[str, ...]) -> str:
     """Where this requirement list's environment lives: one per list, installer and base Python."""
-    key = "\n".join((field, sys.prefix, sys.version, os.getcwd(), *reqs))   # cwd: relative paths in reqs
+    key = "\n".join((field, sys.prefix, sys.version, *reqs))
     return os.path.join(cache_root(), f"{field}-{hashlib.sha256(key.encode()).hexdigest()[:16]}")
 
 
