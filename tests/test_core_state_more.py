@@ -390,3 +390,58 @@ def test_list_workers_keeps_the_ones_that_ended_with_why(ray_start):
     assert all(w.end_time_ms >= w.start_time_ms > 0 for w in rows.values())
     alive = list_workers()
     assert all(w.is_alive for w in alive if w.exit_type is None) and any(not w.is_alive for w in alive)
+
+
+# --------------------------------------------------------------------------
+# list_runtime_envs, list_cluster_events
+# --------------------------------------------------------------------------
+
+
+def test_runtime_envs_in_use_and_the_ones_that_failed(ray_start, tmp_path, monkeypatch):
+    from raylite.util.state import list_runtime_envs
+    monkeypatch.setenv("RAYLITE_RUNTIME_ENV_DIR", str(tmp_path))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+
+    @ray.remote
+    def read(name):
+        return os.environ.get(name)
+
+    assert list_runtime_envs() == []
+    assert ray.get(read.options(runtime_env={"env_vars": {"RAYLITE_T": "1"}}).remote("RAYLITE_T")) == "1"
+    with pytest.raises(ray.exceptions.RuntimeEnvSetupError):
+        ray.get(read.options(runtime_env={"pip": ["raylite-missing-package==1"]}).remote("X"), timeout=120)
+    good, bad = sorted(list_runtime_envs(detail=True), key=lambda r: r.success, reverse=True)
+    assert good.runtime_env == {"env_vars": {"RAYLITE_T": "1"}} and good.success and good.ref_cnt == 1
+    assert good.node_id == ray.get_runtime_context().get_node_id() and good.creation_time_ms > 0
+    assert bad.runtime_env == {"pip": ["raylite-missing-package==1"]} and not bad.success
+    assert "No matching distribution" in bad.error and bad.ref_cnt == 0
+    assert [r.runtime_env for r in list_runtime_envs(filters=[("success", "=", "false")])] == [bad.runtime_env]
+    assert list_runtime_envs()[0].error is None   # a detail column
+
+
+def test_cluster_events_tell_of_crashes_and_unschedulable_work(ray_start):
+    import signal
+    import warnings
+    from raylite.util.state import list_cluster_events
+
+    @ray.remote(max_retries=0)
+    def crash():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    @ray.remote
+    def big():
+        return 1
+
+    with pytest.raises(ray.exceptions.WorkerCrashedError):
+        ray.get(crash.remote())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        big.options(num_cpus=64).remote()
+    crashed, unschedulable = list_cluster_events()
+    assert list(crashed) == ["severity", "time", "source_type", "message", "event_id"]   # Ray's dict keys
+    assert (crashed["severity"], crashed["source_type"]) == ("WARNING", "RAYLET")
+    assert "died running crash: the worker process died unexpectedly" in crashed["message"]
+    assert unschedulable["source_type"] == "AUTOSCALER" and "asks for {CPU: 64}" in unschedulable["message"]
+    assert crashed["event_id"] < unschedulable["event_id"] and len(crashed["time"]) == len("2026-01-01 00:00:00")
+    [detailed] = list_cluster_events(filters=[("source_type", "=", "autoscaler")], detail=True)
+    assert detailed["custom_fields"] == {"name": "big"}

@@ -6,6 +6,7 @@ asking for the same environment, as in Ray."""
 from __future__ import annotations
 
 import threading
+import time
 
 from raylite import exceptions
 from raylite.core import pip_envs, runtime_env
@@ -13,7 +14,8 @@ from raylite.core.serialization import error_value
 
 
 class EnvSetup:
-    """Needs: job_env, actors, cancelled, producers, call, _finish, _actor_gone."""
+    """Needs: job_env, actors, cancelled, producers, cluster_events, runtime_envs, call, _finish,
+    _actor_gone."""
 
     def _init_env_setup(self) -> None:
         self.installs: dict[tuple, object] = {}   # (field, requirements) -> waiting [(spec, then)], True, or error
@@ -46,10 +48,14 @@ class EnvSetup:
         waiting = self.installs.get(key)
         self.installers.pop(key, None)
         self.installs[key] = True if why is None else why
+        if why is not None:
+            self.cluster_events.add("ERROR", "RAYLET", f"runtime_env setup failed: {why}", requirements=list(key[1]))
         for spec, then in waiting if isinstance(waiting, list) else ():
             if why is None:
                 then()
             else:
+                env = runtime_env.merge(self.job_env, spec.runtime_env)
+                self.runtime_envs.setdefault(env, [time.time(), why])
                 self._env_failed(spec, why)
 
     def _env_failed(self, spec, why: str) -> None:

@@ -251,3 +251,28 @@ def death_of(actor, rec: TaskEvent | None) -> tuple[str, str]:
 
 def _clip(text: str) -> str:
     return text if len(text) <= ERROR_TEXT_MAX else "..." + text[-ERROR_TEXT_MAX:]
+
+
+class ClusterEvents:
+    """What happened to the node that a user should hear of (Ray's ``list_cluster_events``): a
+    worker that died unexpectedly (ERROR when the kernel's out-of-memory killer ended it), work
+    that can never be scheduled, a runtime_env that could not be set up. The last ``limit`` are
+    kept."""
+
+    def __init__(self, limit: int = 1000):
+        self.kept: deque = deque(maxlen=limit)
+        self._ids = iter(range(1, 1 << 62))
+
+    def add(self, severity: str, source: str, message: str, **custom) -> None:
+        self.kept.append((next(self._ids), _now(), severity, source, message, custom))
+
+    def rows(self, detail: bool) -> list[dict]:
+        import datetime
+        rows = []
+        for event_id, when, severity, source, message, custom in self.kept:
+            row = {"severity": severity, "time": str(datetime.datetime.fromtimestamp(int(when))),
+                   "source_type": source, "message": message, "event_id": f"{event_id:036x}"}
+            if detail:
+                row["custom_fields"] = custom
+            rows.append(row)
+        return rows

@@ -19,7 +19,7 @@ from collections import deque
 
 from raylite import exceptions
 from raylite.core import accelerators, metrics, runtime_env, segments, serialization, streams
-from raylite.core.events import TaskEvents
+from raylite.core.events import ClusterEvents, TaskEvents
 from raylite.core.groups import Groups
 from raylite.core.actors import ActorLifecycle
 from raylite.core.env_setup import EnvSetup
@@ -138,6 +138,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                                  lambda index, names: self._send(self.workers[index], ("forget", names)))
         self.named: dict[tuple[str, str], int] = {}   # (namespace, name) -> actor id
         self.task_events = TaskEvents()   # what tasks did, for the state API and timeline()
+        self.cluster_events = ClusterEvents()   # what a user should hear of (list_cluster_events)
+        self.runtime_envs: dict[tuple, list] = {}   # env -> [first used, setup error] (list_runtime_envs)
         self.dirty_channels: set[Channel] = set()
         self.dead_workers: deque = deque(maxlen=DEAD_WORKERS_KEPT)   # (index, pid, exit type, detail,
                                                                       #  launched, ended)
@@ -343,6 +345,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                        f"{self.res.describe(self.res.total)}; it can never be scheduled")
         if message:
             self.task_events.unschedulable(spec, message)
+            self.cluster_events.add("WARNING", "AUTOSCALER", message, name=spec.name)
             self.table.mark_infeasible(spec.return_ids, message)
             if spec.kind == "actor_create":
                 self.actors[spec.actor_id].state, self.actors[spec.actor_id].error = "DEAD", message
@@ -734,6 +737,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                     os.close(end)
             raise
         env_vars, sys_path, cwd = runtime_env.worker_settings(env, list(sys.path), os.getcwd())
+        if env is not None:
+            self.runtime_envs.setdefault(env, [time.time(), None])
         config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
                   "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace, "labels": self.labels,
                   "logging": self.logging, "log_dir": self.log_dir, "shm_dir": segments.SHM_DIR,
@@ -789,6 +794,11 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 oom = before is not None and self.oom_kills is not None and self.oom_kills > before
             kind, why = w.exit_cause or ("SYSTEM_ERROR", OOM_KILLED if oom else "the worker process died unexpectedly")
             self.dead_workers.append((w.index, w.pid, kind, why, w.launched, time.time()))
+            if kind == "SYSTEM_ERROR":
+                running = w.actor.spec.name if w.actor is not None else w.task.name if w.task is not None else None
+                self.cluster_events.add("ERROR" if oom else "WARNING", "RAYLET",
+                                        f"worker {w.pid} died" + (f" running {running}" if running else "") + f": {why}",
+                                        pid=w.pid, worker_id=f"{w.index:016x}", name=running)
             if oom and w.actor is not None:
                 w.actor.error = w.actor.error or OOM_KILLED
         if not w.retiring and not self.stopping:

@@ -68,6 +68,15 @@ def site_dirs(env: Env | None) -> list[str]:
     return [pip_envs.site_dir(pip_envs.env_dir(install[0], install[1]))] if install else []
 
 
+def to_dict(env: Env | None) -> dict:
+    """The normalized form as the dict a user writes (for the state API)."""
+    out = {}
+    for field, value in env or ():
+        out[field] = dict(value) if field in ("env_vars", "config") else list(value) if isinstance(value, tuple) \
+            else value
+    return out
+
+
 def _config(value, where: str) -> tuple:
     """``config`` (a dict or RuntimeEnvConfig): its setup timeout is what applies here."""
     if not isinstance(value, dict):

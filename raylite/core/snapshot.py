@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from raylite.core import events
+from raylite.core import events, runtime_env
 from raylite.core.api import NODE_IP
 from raylite.core.resources import from_fixed
 
@@ -273,8 +273,7 @@ def jobs(node, detail: bool) -> list[dict]:
            "driver_info": {"id": node.job_id, "node_ip_address": NODE_IP, "pid": str(os.getpid())}}
     if detail:   # end_time 0 while the job runs, as Ray's job table
         row.update(start_time=_ms(node.task_events.started_at), end_time=0, metadata={},
-                   runtime_env={k: dict(v) if k == "env_vars" else list(v) if k == "py_modules" else v
-                                for k, v in node.job_env or ()},
+                   runtime_env=runtime_env.to_dict(node.job_env),
                    driver_agent_http_address=None, driver_node_id=None, driver_exit_code=None)
     return [row]
 
@@ -297,6 +296,25 @@ def log_dir(node, detail: bool) -> list[str | None]:
     return [node.log_dir]
 
 
+def runtime_envs(node, detail: bool) -> list[dict]:
+    """Every runtime_env a worker started with, or that could not be set up (success False)."""
+    in_use: dict = {}
+    for w in node.workers.values():
+        in_use[w.key[2]] = in_use.get(w.key[2], 0) + 1
+    rows = []
+    for env, (created, error) in node.runtime_envs.items():
+        row = {"runtime_env": runtime_env.to_dict(env), "success": error is None, "creation_time_ms": _ms(created),
+               "node_id": node.node_id}
+        if detail:
+            row.update(ref_cnt=in_use.get(env, 0), error=error)
+        rows.append(row)
+    return rows
+
+
+def cluster_events(node, detail: bool) -> list[dict]:
+    return node.cluster_events.rows(detail)
+
+
 _VIEWS = {"tasks": tasks, "actors": actors, "objects": objects, "workers": workers, "nodes": nodes,
           "placement_groups": placement_groups, "timeline": timeline, "jobs": jobs, "actor_calls": actor_calls,
-          "log_dir": log_dir}
+          "log_dir": log_dir, "runtime_envs": runtime_envs, "cluster_events": cluster_events}

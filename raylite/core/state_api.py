@@ -109,6 +109,14 @@ class JobState(StateRecord):
                "driver_exit_code")
 
 
+class RuntimeEnvState(StateRecord):
+    columns = ("runtime_env* success* creation_time_ms node_id*", "ref_cnt error*")
+
+
+class ClusterEventState(StateRecord):
+    columns = ("severity* time source_type* message event_id*", "custom_fields")
+
+
 # ---------------------------------------------------------------- plumbing
 def _ray_state():
     """Ray's ``ray.util.state`` while raylite runs on Ray, else None."""
@@ -207,6 +215,22 @@ list_workers = _lister("workers", WorkerState, "list_workers", "The driver, the 
 list_placement_groups = _lister("placement_groups", PlacementGroupState, "list_placement_groups",
                                 "Placement groups, with their bundles and state.")
 list_jobs = _lister("jobs", JobState, "list_jobs", "The one job: this driver's (type DRIVER, status RUNNING).")
+list_runtime_envs = _lister("runtime_envs", RuntimeEnvState, "list_runtime_envs",
+                            "Every runtime_env a worker started with, and those that could not be set up "
+                            "(success False; their error with detail=True).")
+
+
+def list_cluster_events(address: str | None = None, filters: list | None = None, limit: int = DEFAULT_LIMIT,
+                        timeout: int = DEFAULT_RPC_TIMEOUT, detail: bool = False,
+                        raise_on_missing_output: bool = True, _explain: bool = False) -> list[dict]:
+    """The last 1,000 events, oldest first, as dicts (as Ray returns them): workers that died
+    unexpectedly (severity ERROR when the out-of-memory killer ended them), work that can never be
+    scheduled, runtime_envs that could not be set up."""
+    if (ray := _ray_state()) is not None:
+        return ray.list_cluster_events(address, filters, limit, timeout, detail, raise_on_missing_output, _explain)
+    return [record.asdict() if detail else {k: record[k] for k in ClusterEventState.fields if k in ClusterEventState.base}
+            for record in _list("cluster_events", ClusterEventState, filters, limit, detail, raise_on_missing_output,
+                                _explain)]
 
 
 def _getter(kind: str, cls: type, column: str, name: str, doc: str, every: bool = False):
