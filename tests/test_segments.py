@@ -279,6 +279,43 @@ def test_an_object_that_does_not_fit_is_a_clear_error_not_a_crash(ray2, monkeypa
     assert ray.get(size.remote(np.zeros(4 << 17))) == 4 << 20   # the runtime goes on
 
 
+def test_objects_spill_to_disk_when_dev_shm_is_full(ray_init, monkeypatch, tmp_path):
+    """As Ray spills its object store: a put, or a task's result, that does not fit goes to the
+    spill directory (a warning, once), and reads back as usual."""
+    from raylite.core import segments
+    monkeypatch.setattr(segments, "SPILL_DIR", str(tmp_path))
+    monkeypatch.setattr(segments, "_spill_warned", False)
+    ray_init(num_cpus=1)
+    real = segments._free_bytes
+    monkeypatch.setattr(segments, "_free_bytes", lambda d: (1 << 20) if d == segments.SHM_DIR else real(d))
+
+    def spilled():
+        return sorted(p for p in os.listdir(tmp_path) if p.startswith("raylite-"))
+
+    with pytest.warns(UserWarning, match="is full .* spilled to"):
+        ref = ray.put(np.arange(N, dtype=np.float64))
+    assert len(spilled()) == 1 and spilled()[0].endswith(segments.SPILL_MARK)
+
+    @ray.remote
+    def total(a):
+        return float(a.sum())
+
+    @ray.remote(max_calls=1)   # (its worker, made to see /dev/shm full, is not reused)
+    def make_while_full():
+        from raylite.core import segments as theirs
+        full = theirs._free_bytes
+        theirs._free_bytes = lambda d: (1 << 20) if d == theirs.SHM_DIR else full(d)
+        return np.ones(N)
+
+    assert ray.get(total.remote(ref)) == float(np.arange(N).sum())   # a worker reads it from disk
+    made = make_while_full.remote()
+    out = ray.get(made)   # the worker spills its result, the driver reads it
+    assert out.sum() == N and len(spilled()) == 2
+    del ref, made, out
+    ray.shutdown()
+    assert spilled() == []
+
+
 def test_segments_follow_raylite_shm_dir(ray_init, monkeypatch, tmp_path):
     """Driver, workers and cleanup all use the directory the driver chose."""
     monkeypatch.setenv("RAYLITE_SHM_DIR", str(tmp_path))

@@ -742,6 +742,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
                   "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace, "labels": self.labels,
                   "logging": self.logging, "log_dir": self.log_dir, "shm_dir": segments.SHM_DIR,
+                  "spill_dir": segments.SPILL_DIR,
                   "env": {**self._worker_env(device_ids, key[1]), **env_vars}, "runtime_env": env,
                   "site_dirs": runtime_env.site_dirs(env),
                   "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}

@@ -36,6 +36,9 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _counter = itertools.count()
 HUGE_PAGE = 2 << 20
 HUGE_MARK = "-h"
+SPILL_MARK = "-s"    # a segment in SPILL_DIR (see _spills)
+SPILL_DIR = _DISK_DIR   # the driver's, which workers get with their config
+_spill_warned = False
 _MAP_FIXED, _MADV_POPULATE_READ, _MADV_COLLAPSE = 0x10, 22, 25
 _libc = None   # see libc(); False where unavailable
 # Fresh huge pages cost more than small ones where the hypervisor must first back the memory
@@ -149,14 +152,30 @@ def _free_bytes(directory: str) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def _check_room(n: int) -> None:
-    """A segment that does not fit is an error here, not a SIGBUS when its pages are written."""
+def _spills(n: int) -> bool:
+    """Whether a new segment of n bytes goes to SPILL_DIR: it does not fit in SHM_DIR (even after
+    the driver's pool let go of its free segments), as Ray spills when its store is full. One
+    that fits nowhere is an error here, not a SIGBUS when its pages are written."""
+    if n + HUGE_PAGE <= _free_bytes(SHM_DIR):   # (a huge-page segment may take up to one page more)
+        return False
+    if pool is not None and pool.drop_free() and n + HUGE_PAGE <= _free_bytes(SHM_DIR):
+        return False
     free = _free_bytes(SHM_DIR)
-    if n + HUGE_PAGE > free:   # (a huge-page segment may take up to one page more)
+    spill_free = _free_bytes(SPILL_DIR) if os.path.realpath(SPILL_DIR) != os.path.realpath(SHM_DIR) else 0
+    if n > spill_free:
         raise exceptions.ObjectStoreFullError(
-            f"an object of {n / 2**20:.1f} MB does not fit in {SHM_DIR} ({free / 2**20:.1f} MB free). "
-            f"Free objects (drop their refs), or give the object store more room: a larger /dev/shm "
+            f"an object of {n / 2**20:.1f} MB does not fit in {SHM_DIR} ({free / 2**20:.1f} MB free)"
+            + (f" nor in {SPILL_DIR}, where objects spill ({spill_free / 2**20:.1f} MB free)" if spill_free else "")
+            + f". Free objects (drop their refs), or give the object store more room: a larger /dev/shm "
             f"(Docker: --shm-size), or {SHM_DIR_ENV} set to a directory on disk")
+    global _spill_warned
+    if not _spill_warned:
+        _spill_warned = True
+        import warnings
+        warnings.warn(f"raylite: {SHM_DIR} is full ({free / 2**20:.0f} MB free): objects that do not fit are "
+                      f"spilled to {SPILL_DIR}, which is slower (Ray spills its object store to disk the same "
+                      f"way). Free objects, or give /dev/shm more room (Docker: --shm-size).", stacklevel=2)
+    return True
 
 
 def session_prefix(session: str) -> str:
@@ -164,7 +183,7 @@ def session_prefix(session: str) -> str:
 
 
 def _path(name: str) -> str:
-    return os.path.join(SHM_DIR, name)
+    return os.path.join(SPILL_DIR if name.endswith(SPILL_MARK) else SHM_DIR, name)
 
 
 def write_segment(prefix: str, raw: memoryview) -> tuple[str, int]:
@@ -178,12 +197,12 @@ def write_segment(prefix: str, raw: memoryview) -> tuple[str, int]:
         mappings.adopt(name, mapped, n)   # the driver's own get() reads through it for free
         return (name, n)
     global _huge_paused_until
-    _check_room(n)
-    name = f"{prefix}{os.getpid()}-{next(_counter)}"
+    spill = _spills(n)
+    name = f"{prefix}{os.getpid()}-{next(_counter)}" + (SPILL_MARK if spill else "")
     fd = os.open(_path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         mapped = None
-        if n >= HUGE_PAGE and time.monotonic() >= _huge_paused_until:
+        if n >= HUGE_PAGE and not spill and time.monotonic() >= _huge_paused_until:
             os.ftruncate(fd, n)
             started = time.monotonic()
             mapped = _map_huge(fd, n, writable=True, fresh=True)
@@ -320,7 +339,7 @@ class SegmentPool:
     def give(self, name: str, size: int, mm: Mapping | None) -> bool:
         with self.lock:
             now = time.monotonic()
-            if self.bytes + size > self.capacity or now - self.last_take > self.IDLE_S:
+            if self.bytes + size > self.capacity or now - self.last_take > self.IDLE_S or name.endswith(SPILL_MARK):
                 return False
             if mm is not None and mm.in_use():
                 self.lingering[name] = (size, mm, now)
@@ -355,6 +374,18 @@ class SegmentPool:
             return name, mapped or Mapping(mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE), writable=True)
         finally:
             os.close(fd)
+
+    def drop_free(self) -> bool:
+        """Remove the free segments at once (new objects need their room); whether there were any."""
+        with self.lock:
+            dropped = list(self.free.items())
+            self.free.clear()
+            self.bytes -= sum(entry[0] for _, entry in dropped)
+        for _, (_, mm, _) in dropped:
+            if mm is not None:
+                mm.close()
+        unlink_segments([name for name, _ in dropped])
+        return bool(dropped)
 
     def next_expiry(self) -> float | None:
         """Seconds until a pooled segment is due for removal (None: the pool is empty)."""
@@ -403,7 +434,7 @@ def remove_session_segments(session: str) -> None:
     """Every segment of the session, in any directory choose_dir could have picked (the zygote
     learns the driver's choice only with its first fork request)."""
     prefix = session_prefix(session)
-    for directory in dict.fromkeys((SHM_DIR, "/dev/shm", _DISK_DIR)):
+    for directory in dict.fromkeys((SHM_DIR, "/dev/shm", _DISK_DIR, SPILL_DIR)):
         try:
             names = [n for n in os.listdir(directory) if n.startswith(prefix)]
         except OSError:

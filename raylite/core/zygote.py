@@ -119,6 +119,7 @@ def _serve(sock, session: str) -> None:
             break
         config = pickle.loads(data)
         segments.SHM_DIR = config["shm_dir"]   # the driver's choice, for the worker and the cleanup below
+        segments.SPILL_DIR = config["spill_dir"]
         pid = os.fork()
         if pid == 0:
             sock.close()
