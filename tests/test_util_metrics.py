@@ -134,3 +134,26 @@ def test_gauge_set_none_does_nothing_and_pickling_keeps_the_metric():
     assert [(r["tags"], r["value"]) for r in _series(name)] == [({"k": "v"}, 5.0)]
     h = pickle.loads(pickle.dumps(Histogram(_name("h"), boundaries=[1, 2])))
     assert h.info["boundaries"] == [1, 2]
+
+
+def test_an_actors_own_threads_are_reported_between_calls(ray_start, wait_until):
+    name = _name("heartbeat")
+
+    @ray.remote
+    class Service:
+        def start(self, name):
+            import threading
+            import time
+            counter = Counter(name)
+
+            def beat():
+                for _ in range(3):
+                    time.sleep(0.1)
+                    counter.inc()
+            threading.Thread(target=beat, daemon=True).start()
+
+    service = Service.remote()
+    ray.get(service.start.remote(name))   # returns before the beats
+    # no call finishes after them, and the actor lives on: they arrive with the periodic report
+    assert wait_until(lambda: [r["value"] for r in _series(name)] == [3.0], timeout=15)
+    ray.get(service.start.remote(_name("again")))   # the actor still serves calls

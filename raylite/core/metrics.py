@@ -2,7 +2,8 @@
 
 Ray exports metrics through a per-node agent. Here each worker keeps what it recorded since its
 last report and sends it to the driver just before each "done" (and before it exits), so by the
-time `get` returns a call's result, the driver's store holds the points that call recorded. The
+time `get` returns a call's result, the driver's store holds the points that call recorded; what
+a worker records between calls (an actor's own threads) is sent every REPORT_S seconds. The
 driver's store holds the totals over every process (for the driver's life, across sessions):
 counters summed, gauges at their last value, histograms' bucket counts summed.
 """
@@ -11,9 +12,11 @@ from __future__ import annotations
 import bisect
 import math
 import threading
+import time
 import warnings
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
+REPORT_S = 2.0   # a worker's report of what it recorded between calls, at most this late
 
 
 class MetricStore:
@@ -26,6 +29,8 @@ class MetricStore:
         self.series: dict[tuple, object] = {}   # (name, tags) -> float, or [counts per bucket..., sum, count]
         self.forwarding = False
         self.pending = False   # (forwarding) something to report
+        self.report = None     # (forwarding) sends take() to the driver; see _report_between_calls
+        self._reporting = False
         self._conflicts: set[str] = set()
 
     def declare(self, name: str, kind: str, description: str, tag_keys: tuple, boundaries: tuple) -> None:
@@ -52,6 +57,20 @@ class MetricStore:
         with self.lock:
             self._add(name, tags, value, single=True)
             self.pending = self.forwarding
+            start = self.forwarding and not self._reporting and self.report is not None
+            self._reporting = self._reporting or start
+        if start:
+            threading.Thread(target=self._report_between_calls, name="raylite-metrics", daemon=True).start()
+
+    def _report_between_calls(self) -> None:
+        """(Worker, from its first point on) report every REPORT_S what no finished call took along."""
+        while True:
+            time.sleep(REPORT_S)
+            try:
+                if self.pending:
+                    self.report()
+            except OSError:   # the driver is gone: so is this process, soon
+                return
 
     def _add(self, name: str, tags: tuple, value, single: bool) -> None:
         """Fold one point (`single`), or another process's series value, into a series."""

@@ -539,6 +539,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     objects.process.client = client
     objects.process.index = config["index"]
     metrics.store.forwarding = True
+    metrics.store.report = lambda: _report_metrics(client)
     objects.process.runtime_env = config["runtime_env"]
     context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"],
                         restarted=config["restarted"], namespace=config["namespace"], labels=config["labels"])
