@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -119,11 +120,12 @@ class Install:
         if self.cancelled:
             return "cancelled: the runtime shut down"
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, text=True, errors="replace")
+                                     stdin=subprocess.DEVNULL, text=True, errors="replace",
+                                     start_new_session=True)   # its own group: _kill reaches what it starts
         try:
             output, _ = self.proc.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self._kill()
             output, _ = self.proc.communicate()
             return (f"{what} took longer than setup_timeout_seconds={self.timeout_s:g}:\n"
                     f"{output[-_OUTPUT_TAIL:].rstrip()}")
@@ -135,5 +137,12 @@ class Install:
 
     def cancel(self) -> None:
         self.cancelled = True
+        self._kill()
+
+    def _kill(self) -> None:
+        """The installer and whatever it started (a package's build backend, say)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
