@@ -86,6 +86,13 @@ def test_calling_remote_function_directly_is_type_error(ray_start):
         f()
 
 
+def test_get_of_something_else_than_refs_says_so_as_ray(ray_start):
+    with pytest.raises(ValueError, match="Invalid type of object refs, dict, is given"):
+        ray.get({"a": ray.put(1)})
+    with pytest.raises(ValueError, match="timeout must be a non-negative number"):
+        ray.get(ray.put(1), timeout=-1)
+
+
 def test_decorator_with_options_and_options_override(ray_start):
     @ray.remote(num_cpus=1, max_retries=0)
     def resources():

@@ -241,7 +241,8 @@ def get(object_refs, *, timeout: float | None = None):
         raise ValueError(f"timeout must be a non-negative number or None, got {timeout!r}")
     single = isinstance(object_refs, ObjectRef)
     if not single and not isinstance(object_refs, (list, tuple)):
-        raise TypeError(f"get() expects an ObjectRef or a list of ObjectRefs, got {type(object_refs).__name__}")
+        raise ValueError(f"Invalid type of object refs, {type(object_refs).__name__}, is given: get() expects an "
+                         f"ObjectRef or a list of ObjectRefs")   # (a ValueError, as Ray's)
     refs = [object_refs] if single else _check_refs(object_refs, "get()")
     client = _require_client()
     if client is None:
