@@ -1,5 +1,7 @@
 """runtime_env ``pip`` and ``uv`` on the local runtime: the packages installed once per requirement
-list, in a virtual environment the workers of such tasks and actors import from first.
+list, in a virtual environment the workers of such tasks and actors import from first. ``uv``
+uses the uv command where it is on PATH (else pip); uv does not read the ``.pth`` file below, so
+it installs the whole dependency closure, as into a fresh uv venv.
 
 The environment lives under the cache directory (``RAYLITE_RUNTIME_ENV_DIR``, else
 ``~/.cache/raylite/runtime_envs``) and is reused by later sessions, as Ray keeps one per node. It
