@@ -66,9 +66,9 @@ def test_parent_task_ids_name_the_submitter(ray_start):
         {"from_call", "Child.__init__", "Child.ping"}
 
 
-def test_parent_is_unknown_when_an_actor_runs_several_calls(ray_start, tmp_path):
-    """The node cannot tell which of a threaded actor's running calls submitted a task: no id
-    rather than a wrong one."""
+def test_parent_is_the_call_that_submits_when_an_actor_runs_several(ray_start, tmp_path):
+    """Each of a threaded actor's running calls is the parent of what it submits (the worker says
+    which call submits), and cancelling that call recursively cancels them."""
     @ray.remote
     def leaf():
         return 1
@@ -89,7 +89,7 @@ def test_parent_is_unknown_when_an_actor_runs_several_calls(ray_start, tmp_path)
     held = actor.hold.remote(go)
     assert ray.get(actor.submit.remote(go), timeout=30) == 1
     ray.get(held, timeout=30)
-    assert _one("leaf").parent_task_id is None
+    assert _one("leaf").parent_task_id == _one("Threaded.submit").task_id
 
 
 # --------------------------------------------------------------------------
@@ -445,3 +445,30 @@ def test_cluster_events_tell_of_crashes_and_unschedulable_work(ray_start):
     assert crashed["event_id"] < unschedulable["event_id"] and len(crashed["time"]) == len("2026-01-01 00:00:00")
     [detailed] = list_cluster_events(filters=[("source_type", "=", "autoscaler")], detail=True)
     assert detailed["custom_fields"] == {"name": "big"}
+
+
+def test_cancelling_an_actor_call_cancels_what_it_submitted(ray_start, tmp_path, wait_until):
+    started, ran = tmp_path / "started", tmp_path / "child-finished"
+
+    @ray.remote
+    def child(started, ran):
+        open(started, "w").close()
+        time.sleep(30)
+        open(ran, "w").close()
+
+    @ray.remote(max_concurrency=2)
+    class Threaded:
+        def spawn(self, started, ran):
+            ref = child.remote(started, ran)
+            while not ray.get_runtime_context().is_canceled():
+                time.sleep(0.01)
+            return ref
+
+    actor = Threaded.remote()
+    call = actor.spawn.remote(str(started), str(ran))
+    wait_until(started.exists, timeout=20)
+    ray.cancel(call)   # recursive=True, as Ray's default
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(call, timeout=20)
+    assert wait_until(lambda: _one("child").state == "FAILED", timeout=20)
+    assert not ran.exists()

@@ -97,11 +97,12 @@ class TaskEvents:
         self.submitter: tuple[int, int] | None = None   # (task id, its parent) from submitted_by
 
     # -- hooks (node thread) --
-    def submitted_by(self, spec, w) -> None:
-        """spec, about to be submitted, comes from worker w: its parent is the task w runs now.
-        Keyed by spec's id, so a submission that does not happen (a named actor's name taken)
-        leaves nothing for the next one."""
-        self.submitter = (spec.task_id, self._running_on(w))
+    def submitted_by(self, spec, w, parent: int | None = None) -> None:
+        """spec, about to be submitted, comes from worker w: its parent is the call that submits
+        it, as the worker says, while that call runs; else the task w runs now. Keyed by spec's
+        id, so a submission that does not happen (a named actor's name taken) leaves nothing for
+        the next one."""
+        self.submitter = (spec.task_id, parent if parent in self.live else self._running_on(w))
 
     def _running_on(self, w) -> int:
         actor = w.actor

@@ -900,10 +900,13 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
     def _msg_metrics(self, w: WorkerProc, updates: list) -> None:
         metrics.store.merge(updates)
 
-    def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes) -> None:
-        if w.task is not None and spec.kind == "task":
-            self.children.setdefault(w.task.task_id, []).append(spec)
-        self.task_events.submitted_by(spec, w)   # its parent task, for the state API
+    def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes, parent: int | None = None) -> None:
+        """`parent`: the task or actor call (of several an actor may run at once) that submits it."""
+        if parent is None and w.task is not None:
+            parent = w.task.task_id
+        if parent is not None and spec.kind == "task":   # (for cancel's recursive=True)
+            self.children.setdefault(parent, []).append(spec)
+        self.task_events.submitted_by(spec, w, parent)   # its parent task, for the state API
         self.submit(spec, fn_bytes)
         self._owned_by(spec, w)
 

@@ -93,7 +93,7 @@ class WorkerClient:
     def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
         if fn_bytes is not None and spec.fn_id in self.sent_functions:
             fn_bytes = None
-        self.send(("submit", spec, fn_bytes))
+        self.send(("submit", spec, fn_bytes, context.running_task_id()))   # the call that submits it
         self.sent_functions.add(spec.fn_id)
 
     def put(self, object_id: int, ser) -> None:
