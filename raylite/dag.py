@@ -136,6 +136,22 @@ class DAGNode:
     def _run(self, run: _Execution) -> Any:
         raise NotImplementedError
 
+    def experimental_compile(self, _submit_timeout: float | None = None, _buffer_size_bytes: int | None = None,
+                             enable_asyncio: bool = False, _max_inflight_executions: int | None = None,
+                             _max_buffered_results: int | None = None, _overlap_gpu_communication: bool | None = None,
+                             _default_communicator="create"):
+        """Ray's compiled graph of this node's actor calls (raylite.experimental.compiled_dag)."""
+        from raylite.experimental.compiled_dag import CompiledDAG
+        return CompiledDAG(self, enable_asyncio=enable_asyncio, _max_inflight_executions=_max_inflight_executions)
+
+    def with_tensor_transport(self, transport: str = "auto", device: str = "default", _static_shape: bool = False,
+                              _direct_return: bool = False) -> DAGNode:
+        """How a compiled graph moves this node's tensors; on one node they go through shared memory."""
+        return self
+
+    def with_type_hint(self, typ) -> DAGNode:
+        return self
+
     def __getattr__(self, name: str):
         if name == "bind":
             raise AttributeError(f".bind() cannot be used again on {self!r}")

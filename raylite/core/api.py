@@ -239,6 +239,13 @@ def get(object_refs, *, timeout: float | None = None):
     """Values of one ObjectRef or a list of them, raising the task's error if it failed."""
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
         raise ValueError(f"timeout must be a non-negative number or None, got {timeout!r}")
+    if getattr(object_refs, "_raylite_compiled", False):   # a compiled graph's result (raylite.experimental)
+        return object_refs.get(timeout)
+    if isinstance(object_refs, list) and object_refs and any(getattr(r, "_raylite_compiled", False) for r in object_refs):
+        if not all(getattr(r, "_raylite_compiled", False) for r in object_refs):
+            raise ValueError("Invalid type of object refs. 'object_refs' must be a list of CompiledDAGRefs if there "
+                             "is any CompiledDAGRef within it.")
+        return [r.get(timeout) for r in object_refs]
     single = isinstance(object_refs, ObjectRef)
     if not single and not isinstance(object_refs, (list, tuple)):
         raise ValueError(f"Invalid type of object refs, {type(object_refs).__name__}, is given: get() expects an "

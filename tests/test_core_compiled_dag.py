@@ -1,0 +1,135 @@
+"""Ray's compiled graphs (`dag.experimental_compile()`, from Ray's "Compiled Graph" quickstart) on
+raylite: the same API and rules, executed as ordinary actor calls."""
+import asyncio
+
+import pytest
+
+import raylite as ray
+from raylite.dag import InputNode, MultiOutputNode
+
+
+def _echo_class():
+    @ray.remote
+    class EchoActor:
+        def echo(self, msg):
+            return msg
+
+        def add(self, x, y):
+            return x + y
+
+        def fail(self, x):
+            raise ValueError(f"bad input {x}")
+
+    return EchoActor
+
+
+def test_quickstart_chain_and_repeated_executions(ray_start):
+    Echo = _echo_class()
+    a, b = Echo.remote(), Echo.remote()
+    with InputNode() as inp:
+        dag = b.echo.bind(a.echo.bind(inp))
+    compiled = dag.experimental_compile()
+    ref = compiled.execute("hello")
+    assert type(ref).__name__ == "CompiledDAGRef"
+    assert ray.get(ref) == "hello"
+    assert ray.get([compiled.execute(i) for i in range(5)]) == list(range(5))
+    with pytest.raises(ValueError, match="can only be called once"):
+        ray.get(ref)
+    compiled.teardown()
+    with pytest.raises(ray.exceptions.RayChannelError):
+        compiled.execute("after teardown")
+
+
+def test_multiple_outputs_inputs_by_position_and_name_and_errors(ray_start):
+    Echo = _echo_class()
+    a, b = Echo.remote(), Echo.remote()
+    with InputNode() as inp:
+        dag = MultiOutputNode([a.echo.bind(inp[0]), b.add.bind(inp[1], inp.y)])
+    compiled = dag.experimental_compile()
+    first, second = compiled.execute("x", 2, y=3)
+    assert (ray.get(first), ray.get(second)) == ("x", 5)
+    with pytest.raises(ValueError, match="must be called with 2 positional args, got 1"):
+        compiled.execute("x", y=3)
+    with pytest.raises(ValueError, match="must be called with kwarg `y`"):
+        compiled.execute("x", 2)
+    with InputNode() as inp:
+        failing = a.fail.bind(inp).experimental_compile()
+    with pytest.raises(ValueError, match="bad input 7") as info:
+        ray.get(failing.execute(7))
+    assert isinstance(info.value, ray.exceptions.RayTaskError)
+
+
+def test_in_flight_executions_are_bounded_until_results_are_got(ray_start):
+    Echo = _echo_class()
+    a = Echo.remote()
+    with InputNode() as inp:
+        compiled = a.echo.bind(inp).experimental_compile(_max_inflight_executions=2)
+    kept = [compiled.execute(1), compiled.execute(2)]
+    with pytest.raises(ray.exceptions.RayCgraphCapacityExceeded, match="more than 2 in-flight executions"):
+        compiled.execute(3)
+    assert ray.get(kept[1]) == 2   # reading the second reads the first too (Ray buffers it)
+    assert ray.get(compiled.execute(3)) == 3
+    assert ray.get(kept[0]) == 1
+    del kept
+    refs = [compiled.execute(i) for i in range(2)]
+    del refs   # dropped results no longer count
+    assert ray.get(compiled.execute(9)) == 9
+
+
+def test_execute_async_returns_futures_to_await(ray_start):
+    Echo = _echo_class()
+    a = Echo.remote()
+    with InputNode() as inp:
+        compiled = a.echo.bind(inp).experimental_compile(enable_asyncio=True)
+
+    async def main():
+        futures = [await compiled.execute_async(i) for i in range(3)]
+        return [await f for f in futures]
+
+    assert asyncio.run(main()) == [0, 1, 2]
+    with pytest.raises(ValueError, match="Use execute_async if enable_asyncio=True"):
+        compiled.execute(1)
+
+
+def test_rays_rules_for_what_can_be_compiled(ray_start):
+    Echo = _echo_class()
+    a = Echo.remote()
+
+    @ray.remote
+    def task(x):
+        return x
+
+    with InputNode() as inp:
+        with_task = task.bind(a.echo.bind(inp))
+    with pytest.raises(NotImplementedError, match="only support actor method nodes"):
+        with_task.experimental_compile()
+    with InputNode() as inp:
+        on_class_node = Echo.bind().echo.bind(inp)
+    with pytest.raises(ValueError, match="already created with Actor.remote"):
+        on_class_node.experimental_compile()
+    with InputNode() as inp:
+        node_as_kwarg = a.add.bind(inp, y=a.echo.bind(inp))
+    with pytest.raises(ValueError, match="binding to other DAG nodes as kwargs"):
+        node_as_kwarg.experimental_compile()
+    with InputNode() as inp:
+        mixed = MultiOutputNode([a.echo.bind(inp), a.echo.bind(inp[0])])
+    with pytest.raises(ValueError, match="use InputNode\\(\\) directly, or they must index"):
+        mixed.experimental_compile()
+    with InputNode() as inp:
+        transported = a.echo.bind(inp).with_tensor_transport("nccl")
+    assert ray.get(transported.experimental_compile().execute(4)) == 4
+
+
+def test_a_slow_result_times_out_as_rays_channel_does(ray_start):
+    @ray.remote
+    class Slow:
+        def wait(self, seconds):
+            import time
+            time.sleep(seconds)
+            return seconds
+
+    with InputNode() as inp:
+        compiled = Slow.remote().wait.bind(inp).experimental_compile()
+    with pytest.raises(ray.exceptions.RayChannelTimeoutError):
+        ray.get(compiled.execute(2), timeout=0.2)
+    assert ray.get(compiled.execute(0)) == 0
