@@ -865,6 +865,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             spec = actor.inflight.pop(task_id, None)
             if spec is None:   # the constructor
                 self.task_events.finished(actor.spec, results)
+                self.children.pop(actor.spec.task_id, None)
                 if results[0].is_error:
                     actor.error = f"its constructor raised: {serialization.loads(results[0])}"
                     actor.restarts_left = 0
@@ -901,7 +902,10 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         metrics.store.merge(updates)
 
     def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes, parent: int | None = None) -> None:
-        """`parent`: the task or actor call (of several an actor may run at once) that submits it."""
+        """`parent`: the task or actor call (of several an actor may run at once) that submits it;
+        not one that has finished (a thread it started submits), whose children nobody would drop."""
+        if parent is not None and parent not in self.task_events.live:
+            parent = None
         if parent is None and w.task is not None:
             parent = w.task.task_id
         if parent is not None and spec.kind == "task":   # (for cancel's recursive=True)
