@@ -54,7 +54,7 @@ def test_backend_choice(monkeypatch):
 
 def test_bad_input_is_named_before_any_backend_is_asked():
     assert not raylite.is_initialized()
-    with pytest.raises(TypeError, match="got int"):
+    with pytest.raises(ValueError, match="Invalid type of object refs, int"):
         raylite.get(123)
     with pytest.raises(TypeError, match="expects ObjectRefs, got str"):
         raylite.wait(["not a ref"])
