@@ -9,7 +9,6 @@ from raylite import exceptions
 from raylite.core import context, ray_backend, segments, serialization
 from raylite.core.objects import ObjectRef, next_id, process
 from raylite.core.remote import ActorClass, ActorHandle, RemoteFunction
-from raylite.core.labels import ACCELERATOR_TYPE_KEY, node_labels as labels_of_node
 from raylite.core.resources import ACCELERATOR_TYPE_PREFIX, SCALE, to_fixed
 from raylite.core.streams import ObjectRefGenerator
 
@@ -72,6 +71,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             from raylite.core import runtime_env as runtime_envs
             from raylite.core.zygote import Zygote
             job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
+            from raylite.core.labels import ACCELERATOR_TYPE_KEY, node_labels as labels_of_node
             node_id = os.urandom(14).hex()
             node_labels = labels_of_node(node_id, labels)   # (checked before anything starts)
             if namespace is not None and (not isinstance(namespace, str) or not namespace):

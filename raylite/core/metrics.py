@@ -9,7 +9,6 @@ counters summed, gauges at their last value, histograms' bucket counts summed.
 """
 from __future__ import annotations
 
-import bisect
 import math
 import threading
 import time
@@ -85,6 +84,7 @@ class MetricStore:
             if counts is None:
                 counts = self.series[key] = [0] * (len(boundaries) + 1) + [0.0, 0]
             if single:
+                import bisect
                 counts[bisect.bisect_left(boundaries, value)] += 1
                 counts[-2] += value
                 counts[-1] += 1
@@ -165,3 +165,15 @@ def _number(x: float) -> str:
 
 
 store = MetricStore()
+
+
+def _in_a_worker() -> None:
+    """Imported in a task or actor (by its user code, after the worker's start): forward points."""
+    from raylite.core.objects import process
+    client = process.client
+    if process.index and client is not None and hasattr(client, "chan"):   # a WorkerClient, not the driver's
+        store.forwarding = True
+        store.report = lambda: client.send(("metrics", store.take()))
+
+
+_in_a_worker()

@@ -14,16 +14,10 @@ succeed, and one copy is kept.
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
+import sys   # (the rest is imported where it is used: every worker imports this module)
 
 CACHE_ENV = "RAYLITE_RUNTIME_ENV_DIR"
-FIELDS = ("pip", "uv")
 _OUTPUT_TAIL = 2000   # characters of the installer's output an error shows
 
 
@@ -63,6 +57,7 @@ def cache_root() -> str:
 
 def env_dir(field: str, reqs: tuple[str, ...]) -> str:
     """Where this requirement list's environment lives: one per list, installer and base Python."""
+    import hashlib
     key = "\n".join((field, sys.prefix, sys.version, *reqs))
     return os.path.join(cache_root(), f"{field}-{hashlib.sha256(key.encode()).hexdigest()[:16]}")
 
@@ -81,11 +76,13 @@ class Install:
     def __init__(self, field: str, reqs: tuple[str, ...], timeout_s: float | None):
         self.field, self.reqs, self.timeout_s = field, reqs, timeout_s
         self.path = env_dir(field, reqs)
-        self.proc: subprocess.Popen | None = None
+        self.proc = None   # the installer's subprocess.Popen
         self.cancelled = False
 
     def run(self) -> str | None:
         """Build the environment; None when ready, else why not (with the installer's output)."""
+        import shutil
+        import tempfile
         if ready(self.path):
             return None
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -111,6 +108,7 @@ class Install:
             return made
         with open(os.path.join(site_dir(tmp), "_raylite_base.pth"), "w") as f:
             f.write("\n".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))) + "\n")
+        import shutil
         uv = shutil.which("uv") if self.field == "uv" else None
         if uv is not None:
             command = [uv, "pip", "install", "--python", python, *self.reqs]
@@ -119,6 +117,7 @@ class Install:
         return self._exec(command, f"`{self.field} install {' '.join(self.reqs)}`")
 
     def _exec(self, command: list[str], what: str) -> str | None:
+        import subprocess
         if self.cancelled:
             return "cancelled: the runtime shut down"
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -143,6 +142,7 @@ class Install:
 
     def _kill(self) -> None:
         """The installer and whatever it started (a package's build backend, say)."""
+        import signal
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)

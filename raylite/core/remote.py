@@ -5,7 +5,7 @@ import os
 import warnings
 
 from raylite import exceptions
-from raylite.core import context, labels, objects, ray_backend, runtime_env, serialization, streams
+from raylite.core import context, objects, ray_backend, runtime_env, serialization, streams
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import ArgRef, TaskSpec
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
@@ -47,6 +47,7 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
     if "retry_exceptions" in options:
         _retry_on(options["retry_exceptions"])
     if options.get("label_selector") is not None:
+        from raylite.core import labels   # (only where labels are used: workers stay small)
         labels.selector(options["label_selector"])
     if options.get("runtime_env") is not None:   # checked here; applied (and cached) at .remote()
         runtime_env.normalize(options["runtime_env"], what)
@@ -107,6 +108,7 @@ def _unschedulable(options: dict, name: str) -> str | None:
     selector, strategy = options.get("label_selector"), options.get("scheduling_strategy")
     if not selector and strategy is None:
         return None
+    from raylite.core import labels
     node = context.node_labels()
     why = labels.unmet(labels.selector(selector), node) if selector else None
     if why is None and isinstance(strategy, labels.NodeLabelSchedulingStrategy):

@@ -15,11 +15,10 @@ import os
 import types
 import warnings
 
-from raylite.core import pip_envs
-
 Env = tuple   # normalized form: sorted (field, value) pairs, hashable, None when empty
 
 DEFAULT_SETUP_TIMEOUT_S = 600
+INSTALLERS = ("pip", "uv")   # fields whose packages raylite.core.pip_envs installs (imported when used)
 _NOT_INSTALLED = {"conda"}
 _IGNORED = {"excludes", "_ray_commit", "worker_process_setup_hook"}
 _warned: set[str] = set()
@@ -41,8 +40,9 @@ def normalize(runtime_env, where: str) -> Env | None:
             out[field] = _local_dir(value, f"{where}: runtime_env['working_dir']")
         elif field == "py_modules":
             out[field] = tuple(_module_root(m, where) for m in _as_list(value, where))
-        elif field in pip_envs.FIELDS:
+        elif field in INSTALLERS:
             if value is not None:
+                from raylite.core import pip_envs
                 out[field] = pip_envs.requirements(field, value, where)
         elif field == "config":
             if value is not None:
@@ -65,7 +65,10 @@ def normalize(runtime_env, where: str) -> Env | None:
 def site_dirs(env: Env | None) -> list[str]:
     """The installed packages' directory, whose .pth files a worker processes (editable installs)."""
     install = to_install(env)
-    return [pip_envs.site_dir(pip_envs.env_dir(install[0], install[1]))] if install else []
+    if install is None:
+        return []
+    from raylite.core import pip_envs
+    return [pip_envs.site_dir(pip_envs.env_dir(install[0], install[1]))]
 
 
 def to_dict(env: Env | None) -> dict:
@@ -93,7 +96,7 @@ def to_install(env: Env | None) -> tuple | None:
     if not env:
         return None
     fields = dict(env)
-    for field in pip_envs.FIELDS:
+    for field in INSTALLERS:
         if field in fields:
             timeout = dict(fields.get("config", ())).get("setup_timeout_seconds", DEFAULT_SETUP_TIMEOUT_S)
             return field, fields[field], None if timeout == -1 else timeout

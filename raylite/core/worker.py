@@ -13,7 +13,7 @@ import types
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import concurrency, context, metrics, objects, remote, serialization, streams
+from raylite.core import concurrency, context, objects, remote, serialization, streams
 from raylite.core.segments import mappings
 from raylite.core.protocol import SPIN_S, ArgRef, Channel, TaskSpec, spec_from_wire
 from raylite.core.resources import NodeResources
@@ -415,8 +415,10 @@ class _Executor:
 
 def _report_metrics(client: WorkerClient) -> None:
     """Send the driver what ray.util.metrics recorded here since the last report (ahead of the
-    result that follows, so the driver has them once get returns it)."""
-    if metrics.store.pending:
+    result that follows, so the driver has them once get returns it). The module is imported only
+    by a worker whose user code records metrics."""
+    metrics = sys.modules.get("raylite.core.metrics")
+    if metrics is not None and metrics.store.pending:
         client.send(("metrics", metrics.store.take()))
 
 
@@ -538,8 +540,6 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     client = WorkerClient(chan, config["shm_prefix"], NodeResources(config["totals"], config["device_ids"]))
     objects.process.client = client
     objects.process.index = config["index"]
-    metrics.store.forwarding = True
-    metrics.store.report = lambda: _report_metrics(client)
     objects.process.runtime_env = config["runtime_env"]
     context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"],
                         restarted=config["restarted"], namespace=config["namespace"], labels=config["labels"])
