@@ -413,6 +413,12 @@ class _Executor:
         return out
 
 
+def _breakpoint(*args, **kwargs) -> None:
+    """breakpoint() in a task or actor: a pdb session that a terminal attaches to (raylite.util.rpdb)."""
+    from raylite.util import rpdb
+    rpdb.set_trace(sys._getframe(1))
+
+
 def _report_metrics(client: WorkerClient) -> None:
     """Send the driver what ray.util.metrics recorded here since the last report (ahead of the
     result that follows, so the driver has them once get returns it). The module is imported only
@@ -528,6 +534,8 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
         else:
             os.environ[key] = value
     _reset_preloaded(config["env"].get("OMP_NUM_THREADS"))
+    if "PYTHONBREAKPOINT" not in os.environ:   # (else Python's own hook follows it)
+        sys.breakpointhook = _breakpoint
     sys.path[:] = config["sys_path"]
     for directory in config["site_dirs"]:   # runtime_env pip packages: their .pth files too
         import site

@@ -1,0 +1,35 @@
+"""breakpoint() inside a task (Ray's debugger docs): the worker waits in pdb for a debugger, which
+attaches from a terminal with `python -m raylite.util.rpdb` and lets the task go on."""
+import os
+import subprocess
+import sys
+import time
+
+import raylite as ray
+from raylite.util import rpdb
+
+
+def test_breakpoint_in_a_task_waits_for_the_debugger_cli(ray_start, wait_until):
+    @ray.remote
+    def answer():
+        x = 41
+        breakpoint()
+        return x + 1
+
+    ref = answer.remote()
+    [(pid, path)] = wait_until(lambda: list(rpdb.waiting().items()), timeout=20)
+    assert oct(os.stat(os.path.dirname(path)).st_mode & 0o777) == "0o700"   # only this user gets in
+    time.sleep(0.2)
+    assert ray.wait([ref], timeout=0)[0] == []   # it waits for the debugger
+    cli = subprocess.run([sys.executable, "-m", "raylite.util.rpdb", str(pid)], input="p x\nx = 100\nc\n",
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert "-> return x + 1" in cli.stdout and "41" in cli.stdout
+    assert ray.get(ref, timeout=20) == 101   # the session changed x, then the task went on
+    assert rpdb.waiting() == {}
+
+
+def test_the_cli_says_when_nothing_waits():
+    cli = subprocess.run([sys.executable, "-m", "raylite.util.rpdb", "999999"], capture_output=True, text=True,
+                         timeout=60)
+    assert cli.returncode == 1 and "no breakpoint waits in pid 999999" in cli.stderr
