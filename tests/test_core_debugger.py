@@ -33,3 +33,23 @@ def test_the_cli_says_when_nothing_waits():
     cli = subprocess.run([sys.executable, "-m", "raylite.util.rpdb", "999999"], capture_output=True, text=True,
                          timeout=60)
     assert cli.returncode == 1 and "no breakpoint waits in pid 999999" in cli.stderr
+
+
+def test_post_mortem_lets_a_debugger_look_at_a_failed_task_first(ray_start, wait_until):
+    @ray.remote(runtime_env={"env_vars": {"RAY_DEBUG_POST_MORTEM": "1"}})
+    def broken():
+        secret = 7
+        raise ValueError(f"broken with {secret}")
+
+    ref = broken.remote()
+    [pid] = wait_until(lambda: list(rpdb.waiting()), timeout=20)
+    cli = subprocess.run([sys.executable, "-m", "raylite.util.rpdb", str(pid)], input="p secret\nc\n",
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert "7" in cli.stdout and "ValueError" in cli.stdout
+    try:
+        ray.get(ref, timeout=20)
+    except ValueError as e:   # then the error reaches the caller as usual
+        assert "broken with 7" in str(e)
+    else:
+        raise AssertionError("the task's error was lost")

@@ -282,6 +282,9 @@ class _Executor:
                 print(e.code, file=sys.stderr)
             # exit code 0 ends an actor for good (as exit_actor); any other is a crash: restarts apply
             self._exit(code, f"{spec.name} called sys.exit()" if code == 0 and self.actor is not None else None)
+        if os.environ.get("RAY_DEBUG_POST_MORTEM") == "1" and isinstance(e, Exception):   # as Ray's
+            from raylite.util import rpdb
+            rpdb.post_mortem(e.__traceback__)
         return [_error(spec.name, e)] * max(1, len(spec.return_ids))
 
     def _exit(self, code: int, why: str | None) -> None:

@@ -1,4 +1,5 @@
-"""``breakpoint()`` inside a task or actor (Ray's ``ray.util.rpdb``; Ray's debugger docs).
+"""``breakpoint()`` inside a task or actor (Ray's ``ray.util.rpdb``; Ray's debugger docs), and
+post-mortem debugging of a task's uncaught exception with ``RAY_DEBUG_POST_MORTEM=1``.
 
 A worker has no terminal, so ``breakpoint()`` there opens a pdb session on a Unix socket and
 says so in its output (which reaches the driver); the task waits until a debugger attaches, as
@@ -67,6 +68,24 @@ class _SocketPdb(pdb.Pdb):
 def set_trace(frame=None) -> None:
     """Wait for a debugger on a Unix socket, then stop in pdb at the caller's line."""
     frame = frame or sys._getframe().f_back
+    _SocketPdb(_wait_for_debugger(f"breakpoint() at {frame.f_code.co_filename}:{frame.f_lineno}")).set_trace(frame)
+
+
+def post_mortem(tb) -> None:
+    """With RAY_DEBUG_POST_MORTEM=1, a task's uncaught exception: wait for a debugger, then let it
+    look at the frames the exception passed through; the error then goes to the caller as usual."""
+    last = tb
+    while last.tb_next is not None:
+        last = last.tb_next
+    where = f"{last.tb_frame.f_code.co_filename}:{last.tb_lineno}"
+    debugger = _SocketPdb(_wait_for_debugger(f"an uncaught exception at {where} (RAY_DEBUG_POST_MORTEM)"))
+    debugger.reset()
+    debugger.interaction(None, tb)
+    debugger._end()
+
+
+def _wait_for_debugger(what: str) -> socket.socket:
+    """The connection of a debugger (this user's) to this worker's socket."""
     directory = debug_dir()
     os.makedirs(directory, mode=0o700, exist_ok=True)
     if os.stat(directory).st_uid != os.getuid():
@@ -80,8 +99,7 @@ def set_trace(frame=None) -> None:
         pass
     server.bind(path)
     server.listen(1)
-    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-    print(f"raylite: breakpoint() at {where} (pid {os.getpid()}) waits for a debugger: attach with "
+    print(f"raylite: {what} (pid {os.getpid()}) waits for a debugger: attach with "
           f"`python -m raylite.util.rpdb {os.getpid()}`", file=sys.stderr, flush=True)
     try:
         while True:
@@ -93,7 +111,7 @@ def set_trace(frame=None) -> None:
     finally:
         server.close()
         os.unlink(path)
-    _SocketPdb(conn).set_trace(frame)
+    return conn
 
 
 def waiting() -> dict[int, str]:
