@@ -133,3 +133,15 @@ def test_a_slow_result_times_out_as_rays_channel_does(ray_start):
     with pytest.raises(ray.exceptions.RayChannelTimeoutError):
         ray.get(compiled.execute(2), timeout=0.2)
     assert ray.get(compiled.execute(0)) == 0
+
+
+def test_a_graph_that_returns_none(ray_start):
+    @ray.remote
+    class Sink:
+        def take(self, x):
+            return None
+
+    with InputNode() as inp:
+        compiled = Sink.remote().take.bind(inp).experimental_compile()
+    assert ray.get(compiled.execute(1)) is None
+    assert ray.get([compiled.execute(2), compiled.execute(3)]) == [None, None]

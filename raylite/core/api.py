@@ -239,23 +239,36 @@ def get(object_refs, *, timeout: float | None = None):
     """Values of one ObjectRef or a list of them, raising the task's error if it failed."""
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
         raise ValueError(f"timeout must be a non-negative number or None, got {timeout!r}")
-    if getattr(object_refs, "_raylite_compiled", False):   # a compiled graph's result (raylite.experimental)
-        return object_refs.get(timeout)
-    if isinstance(object_refs, list) and object_refs and any(getattr(r, "_raylite_compiled", False) for r in object_refs):
-        if not all(getattr(r, "_raylite_compiled", False) for r in object_refs):
-            raise ValueError("Invalid type of object refs. 'object_refs' must be a list of CompiledDAGRefs if there "
-                             "is any CompiledDAGRef within it.")
-        return [r.get(timeout) for r in object_refs]
     single = isinstance(object_refs, ObjectRef)
-    if not single and not isinstance(object_refs, (list, tuple)):
-        raise ValueError(f"Invalid type of object refs, {type(object_refs).__name__}, is given: get() expects an "
-                         f"ObjectRef or a list of ObjectRefs")   # (a ValueError, as Ray's)
+    if not single:
+        compiled = _compiled_results(object_refs, timeout)   # (not on the ObjectRef paths: one type check)
+        if compiled is not _NOT_COMPILED:
+            return compiled
+        if not isinstance(object_refs, (list, tuple)):
+            raise ValueError(f"Invalid type of object refs, {type(object_refs).__name__}, is given: get() expects "
+                             f"an ObjectRef or a list of ObjectRefs")   # (a ValueError, as Ray's)
     refs = [object_refs] if single else _check_refs(object_refs, "get()")
     client = _require_client()
     if client is None:
         return process.ray.get(object_refs, timeout)
     values = [_value(v) for v in client.get([r.id for r in refs], timeout)]
     return values[0] if single else values
+
+
+_NOT_COMPILED = object()
+
+
+def _compiled_results(object_refs, timeout):
+    """get() of a compiled graph's result (raylite.experimental.compiled_dag), or of a list of
+    them; _NOT_COMPILED for anything else."""
+    if getattr(object_refs, "_raylite_compiled", False):
+        return object_refs.get(timeout)
+    if not (isinstance(object_refs, list) and object_refs and getattr(object_refs[0], "_raylite_compiled", False)):
+        return _NOT_COMPILED
+    if not all(getattr(r, "_raylite_compiled", False) for r in object_refs):
+        raise ValueError("Invalid type of object refs. 'object_refs' must be a list of CompiledDAGRefs if there "
+                         "is any CompiledDAGRef within it.")
+    return [r.get(timeout) for r in object_refs]
 
 
 def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True):
