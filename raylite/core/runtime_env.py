@@ -11,6 +11,7 @@ fetched.
 """
 from __future__ import annotations
 
+import functools
 import os
 import types
 import warnings
@@ -91,6 +92,7 @@ def _config(value, where: str) -> tuple:
     return (("setup_timeout_seconds", timeout),)
 
 
+@functools.lru_cache(maxsize=256)   # asked for every task submitted (raylite.core.env_setup)
 def to_install(env: Env | None) -> tuple | None:
     """(field, requirements, timeout in seconds or None) when the environment has packages to install."""
     if not env:
