@@ -18,6 +18,7 @@ resource dict where a spec has its own, and at most 1 KB of error text for a fai
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import deque, namedtuple
@@ -262,7 +263,7 @@ class ClusterEvents:
 
     def __init__(self, limit: int = 1000):
         self.kept: deque = deque(maxlen=limit)
-        self._ids = iter(range(1, 1 << 62))
+        self._ids = itertools.count(1)
 
     def add(self, severity: str, source: str, message: str, **custom) -> None:
         self.kept.append((next(self._ids), _now(), severity, source, message, custom))

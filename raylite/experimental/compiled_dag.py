@@ -45,7 +45,7 @@ class CompiledDAG:
         for node in self._order:
             if isinstance(node, FunctionNode):
                 raise NotImplementedError("Compiled DAGs currently only support actor method nodes")
-            if isinstance(node, ClassNode) or (isinstance(node, ClassMethodNode) and isinstance(node._actor, ClassNode)):
+            if isinstance(node, ClassNode):   # (a method bound on one has it upstream, so in the order)
                 raise ValueError("Compiled DAGs can only bind methods to an actor that is already created with "
                                  "Actor.remote()")
             if isinstance(node, MultiOutputNode) and node is not self._root:
