@@ -118,6 +118,24 @@ def test_children_run_in_the_group_when_captured(ray_init):
     assert ray.get(child.remote()) is None
 
 
+def test_an_actors_methods_run_in_its_group_and_capture_their_children(ray_init):
+    """The Tune/Train pattern: a trainer actor placed in a group starts its workers from a method."""
+    ray_init(num_cpus=2)
+    pg = placement_group([{"CPU": 2}])   # all the node's CPUs: a child outside the group never runs
+
+    @ray.remote(num_cpus=1)
+    def child():
+        return ray.get_runtime_context().get_placement_group_id()
+
+    @ray.remote(num_cpus=1)
+    class Trainer:
+        def run(self):
+            return get_current_placement_group().id.hex(), ray.get(child.remote(), timeout=20)
+
+    trainer = Trainer.options(scheduling_strategy=in_bundle(pg, capture=True)).remote()
+    assert ray.get(trainer.run.remote()) == (pg.id.hex(),) * 2
+
+
 def test_removing_a_group_fails_its_queued_and_running_tasks(ray_init, tmp_path):
     ray_init(num_cpus=2)
     pg = placement_group([{"CPU": 1}])

@@ -186,6 +186,7 @@ class _Executor:
         self.functions: dict[str, object] = {}
         self.actor = None
         self.init_error = ""   # the constructor's exception, if it raised
+        self.placement = None  # the actor's placement group, which its calls run in (as in Ray)
         self.loop = None
         self.running = False
         self.calls = None   # a concurrency runner for threaded and async actors
@@ -201,6 +202,7 @@ class _Executor:
             return self.calls.submit(spec, deps, assigned, accel)
         if spec.kind == "actor_create":   # before the constructor, which may ask for its own handle
             context.set_actor(spec.class_meta, spec.actor_name[1] if spec.actor_name else None)
+            self.placement = spec.placement
         if self.log_files and spec.kind == "task":
             sizes = _log_sizes()
             self.log_start = None if sizes is None else (spec.task_id, *sizes)
@@ -221,7 +223,8 @@ class _Executor:
     def begin(self, spec: TaskSpec, assigned: dict, accel: dict) -> None:
         """Make the call's identity and resources what get_runtime_context() reports."""
         context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
-                            assigned=assigned, accelerator_ids=accel, placement=spec.placement)
+                            assigned=assigned, accelerator_ids=accel,
+                            placement=self.placement if spec.kind == "actor_call" else spec.placement)
 
     def execute(self, spec: TaskSpec, deps: dict, assigned: dict, accel: dict) -> None:
         if spec.kind == "actor_call" and self.actor is None and self.init_error:
