@@ -244,6 +244,9 @@ def test_sys_exit_ends_the_worker_not_the_driver(ray_start, tmp_path):
 
 
 def test_actor_methods_retry_on_exceptions_within_max_task_retries(ray_start):
+    class NotYet(Exception):   # defined here, as in a user's script: plain pickle cannot load it
+        pass
+
     @ray.remote(max_task_retries=2)
     class Flaky:
         def __init__(self):
@@ -259,6 +262,12 @@ def test_actor_methods_retry_on_exceptions_within_max_task_retries(ray_start):
                 raise ValueError("not yet")
             return self.calls["declared"]
 
+        @ray.method(retry_exceptions=[NotYet])
+        def listed(self):
+            if self._count("listed") < 3:
+                raise NotYet()
+            return self.calls["listed"]
+
         def per_call(self, key):
             if self._count(key) < 3:
                 raise KeyError(key)
@@ -271,6 +280,7 @@ def test_actor_methods_retry_on_exceptions_within_max_task_retries(ray_start):
 
     a = Flaky.remote()
     assert ray.get(a.declared.remote()) == 3                          # two retries allowed
+    assert ray.get(a.listed.remote()) == 3
     assert ray.get(a.per_call.options(retry_exceptions=[KeyError]).remote("k")) == 3
     with pytest.raises(KeyError):                                     # not a listed type: no retry
         ray.get(a.per_call.options(retry_exceptions=[ValueError]).remote("other"))
@@ -814,12 +824,13 @@ def test_retry_exceptions_retries_the_task_on_its_exceptions(ray_start, tmp_path
     attempts = []
     assert run({"retry_exceptions": True, "max_retries": 2}, 2, ValueError) == 2
     assert run({"retry_exceptions": [KeyError], "max_retries": 3}, 1, Transient) == 1   # a subclass
+    assert run({"retry_exceptions": [Transient], "max_retries": 3}, 1, Transient) == 1  # a local class
     with pytest.raises(ValueError, match="attempt 0"):   # not in the list: no retry
         run({"retry_exceptions": [KeyError], "max_retries": 3}, 5, ValueError)
     with pytest.raises(ValueError, match="attempt 1"):   # the budget is max_retries
         run({"retry_exceptions": True, "max_retries": 1}, 5, ValueError)
     with pytest.raises(ValueError, match="attempt 0"):   # off by default, as in Ray
         run({}, 5, ValueError)
-    assert attempts == [3, 2, 1, 2, 1]
+    assert attempts == [3, 2, 2, 1, 2, 1]
     with pytest.raises(ValueError, match="retry_exceptions"):
         attempt.options(retry_exceptions="yes")

@@ -64,13 +64,14 @@ def _validate(options: dict, allowed: set, what: str) -> dict:
 
 
 def _retry_on(value) -> bool | tuple[str, ...]:
-    """retry_exceptions as a spec carries it: True, False, or qualified type names (the worker
-    matches a raised exception's class and bases against them; names travel where classes may not)."""
+    """retry_exceptions as a spec carries it: True, False, or "module.Name" type names (the worker
+    matches a raised exception's class and bases against them; names travel where classes may not,
+    and not qualified ones: a class defined in a function arrives with its bare name as qualname)."""
     if isinstance(value, bool):
         return value
     if (isinstance(value, (list, tuple)) and value
             and all(isinstance(t, type) and issubclass(t, BaseException) for t in value)):
-        return tuple(f"{t.__module__}.{t.__qualname__}" for t in value)
+        return tuple(f"{t.__module__}.{t.__name__}" for t in value)
     raise ValueError(f"retry_exceptions must be True, False or a list of exception types, got {value!r}")
 
 
@@ -325,6 +326,10 @@ def method(*, num_returns: int | str | None = None, concurrency_group: str | Non
         if concurrency_group is not None:
             fn.__ray_concurrency_group__ = concurrency_group
         retries = {k: options[k] for k in ("max_task_retries", "retry_exceptions") if k in options}
+        if "retry_exceptions" in retries:
+            # as type names: the actor's class meta travels in plain pickles, where a class
+            # defined in the driver's __main__ would not load
+            retries["retry_exceptions"] = _retry_on(retries["retry_exceptions"])
         if retries:
             fn.__ray_call_options__ = retries
         return fn
@@ -493,15 +498,15 @@ class ActorMethod:
             handle._admit(client, name)
         return_ids, stream = _returns(options.get("num_returns", self._num_returns))
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
-        declared = handle._call_options.get(self._name)
-        if declared:
-            options = {**declared, **options}
+        declared = handle._call_options.get(self._name) or {}
+        retry_on = (_retry_on(options["retry_exceptions"]) if "retry_exceptions" in options
+                    else declared.get("retry_exceptions", False))   # (as type names, see `method`)
+        options = {**declared, **options}
         spec = TaskSpec("actor_call", next_id(), name, args_ser, deps, return_ids,
                         max_retries=options.get("max_task_retries"),   # None: the actor's own
                         actor_id=handle._actor_id, method=self._name, stream=stream,
                         concurrency_group=options.get("concurrency_group"),
-                        retry_exceptions=_retry_on(options["retry_exceptions"]) if "retry_exceptions" in options
-                        else False)
+                        retry_exceptions=retry_on)
         client.submit(spec, None)
         out = _refs(spec)
         if handle._max_pending > 0 and spec.return_ids:   # (num_returns=0 calls cannot be followed)

@@ -456,7 +456,7 @@ def _retryable(spec: TaskSpec, e: BaseException) -> bool:
     wanted = spec.retry_exceptions
     if not wanted or not isinstance(e, Exception) or spec.kind == "actor_create":
         return False
-    return wanted is True or any(f"{c.__module__}.{c.__qualname__}" in wanted for c in type(e).__mro__)
+    return wanted is True or any(f"{c.__module__}.{c.__name__}" in wanted for c in type(e).__mro__)
 
 
 def _value(ser):
