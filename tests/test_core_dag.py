@@ -286,3 +286,16 @@ def test_dag_is_a_lazy_submodule():
             "assert 'raylite.dag' not in sys.modules\n"
             "assert raylite.dag.InputNode.__name__ == 'InputNode'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_rays_submodule_imports_give_the_same_classes():
+    """Ray's DAG docs import from the submodules (`from ray.dag.input_node import InputNode`)."""
+    from raylite import dag
+    from raylite.dag.class_node import ClassMethodNode, ClassNode
+    from raylite.dag.dag_node import DAGNode
+    from raylite.dag.function_node import FunctionNode
+    from raylite.dag.input_node import DAGInputData, InputAttributeNode, InputNode
+    from raylite.dag.output_node import MultiOutputNode
+    assert (ClassMethodNode, ClassNode, DAGNode, FunctionNode, DAGInputData, InputAttributeNode, InputNode,
+            MultiOutputNode) == (dag.ClassMethodNode, dag.ClassNode, dag.DAGNode, dag.FunctionNode,
+                                 dag.DAGInputData, dag.InputAttributeNode, dag.InputNode, dag.MultiOutputNode)
