@@ -396,3 +396,13 @@ def test_an_async_actors_overlapping_calls_run_together(ray_start):
     naps = [e for e in ray.timeline() if e["name"] == "Napper.nap"]
     first_end = min(e["ts"] + e["dur"] for e in naps)
     assert len(naps) == 3 and all(e["ts"] < first_end for e in naps)   # drawn side by side
+
+
+def test_rays_submodule_imports_give_the_same_names():
+    """Code written for Ray imports from the submodules too (`ray.util.state.exception`, ...)."""
+    import raylite.util.state as state
+    from raylite.util.state.api import list_tasks, summarize_tasks
+    from raylite.util.state.common import TaskState, WorkerState
+    from raylite.util.state.exception import RayStateApiException as Raised
+    assert (list_tasks, summarize_tasks, TaskState, WorkerState, Raised) == (
+        state.list_tasks, state.summarize_tasks, state.TaskState, state.WorkerState, RayStateApiException)
