@@ -1,13 +1,14 @@
 """ray.util.multiprocessing.Pool: the standard library's Pool API on raylite actors."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
 import pytest
 
 import raylite as ray
-from raylite.util.multiprocessing import Pool, TimeoutError
+from raylite.util.multiprocessing import JoinableQueue, Pool, TimeoutError
 
 
 def _square():   # built inside each test, so it travels by value (workers never import tests)
@@ -95,3 +96,7 @@ def test_close_join_terminate_and_bad_arguments(ray_start):
         Pool(10_000)
     with pytest.raises(ValueError, match="maxtasksperchild='2'"):
         Pool(1, maxtasksperchild="2")
+
+
+def test_the_module_has_rays_names():
+    assert TimeoutError is multiprocessing.TimeoutError and JoinableQueue is multiprocessing.JoinableQueue

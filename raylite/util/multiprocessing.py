@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Iterator
 import raylite as ray
 
 TimeoutError = multiprocessing.TimeoutError   # what AsyncResult.get raises, as in the stdlib
+JoinableQueue = multiprocessing.JoinableQueue   # re-exported, as Ray does
 
 
 class _PoolProcess:
