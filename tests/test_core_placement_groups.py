@@ -35,7 +35,7 @@ def in_bundle(pg, index=-1, capture=None):
 def test_doc_snippet_reserve_then_schedule_an_actor_in_a_bundle(ray_init):
     ray_init(num_cpus=2, num_gpus=2)
     pg = placement_group([{"CPU": 1, "GPU": 1}], strategy="STRICT_PACK")
-    assert ray.get(pg.ready(), timeout=10) is True
+    assert ray.get(pg.ready(), timeout=10) == pg
     assert ray.available_resources()["CPU"] == 1.0 and ray.available_resources()["GPU"] == 1.0
 
     @ray.remote(num_cpus=1, num_gpus=1)
@@ -74,12 +74,18 @@ def test_a_group_waits_until_all_its_bundles_fit(ray_init, tmp_path, wait_until)
     wait_until(lambda: ray.available_resources().get("CPU") == 1.0, timeout=10, message="hold never started")
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], name="pair")
     assert not pg.wait(timeout_seconds=0.5)
-    assert placement_group_table(pg)["state"] == "PENDING"
+    pending = placement_group_table(pg)
+    assert pending["state"] == "PENDING" and pending["bundles_to_node_id"] == {0: "", 1: ""}
+    assert pending["stats"]["scheduling_state"] == "NO_RESOURCES" and pending["stats"]["scheduling_attempt"] >= 1
     open(flag, "w").close()
     assert ray.get(busy) == "held"
     assert pg.wait(timeout_seconds=10)
     assert get_placement_group("pair") == pg
-    assert placement_group_table(pg)["state"] == "CREATED"
+    created = placement_group_table(pg)
+    node_id = ray.get_runtime_context().get_node_id()
+    assert created["state"] == "CREATED" and created["bundles_to_node_id"] == {0: node_id, 1: node_id}
+    assert created["stats"]["scheduling_state"] == "FINISHED"
+    assert created["stats"]["end_to_end_creation_latency_ms"] >= 400   # it waited for hold's CPU
     remove_placement_group(pg)
     assert placement_group_table(pg)["state"] == "REMOVED"
     with pytest.raises(ValueError, match="pair"):
@@ -164,6 +170,16 @@ def test_what_can_never_be_placed_is_a_clear_error(ray_init):
         placement_group([{"CPU": 1}, {"CPU": -1}])
     with pytest.raises(ValueError, match="strategy must be one of"):
         placement_group([{"CPU": 1}], strategy="TIGHT")
+    with pytest.raises(ValueError, match=r"bundle 1 can never be placed: its bundle_label_selector .* this node "
+                                         r"has no such label"):
+        placement_group([{"CPU": 1}, {"CPU": 1}], bundle_label_selector=[{}, {"zone": "us-east"}])
+    with pytest.raises(ValueError, match="must be a list of 2 dicts, one per bundle"):
+        placement_group([{"CPU": 1}, {"CPU": 1}], bundle_label_selector=[{}])
+    assert ray.available_resources()["CPU"] == 2   # nothing reserved by the refused groups
+    node_id = ray.get_runtime_context().get_node_id()
+    matching = placement_group([{"CPU": 1}], bundle_label_selector=[{"ray.io/node-id": node_id}])
+    assert ray.get(matching.ready(), timeout=20) == matching   # the group itself, as in Ray
+    remove_placement_group(matching)
     pg = placement_group([{"CPU": 1}])
     with pytest.raises(ValueError, match="placement_group_bundle_index must be -1 or in"):
         quick.options(scheduling_strategy=in_bundle(pg, 1)).remote()

@@ -9,12 +9,14 @@ kills the tasks and actors in it (as Ray does) and gives its resources back to t
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 
 from raylite.core.resources import NodeResources, from_fixed
 
 class Group:
-    __slots__ = ("pg_id", "bundles", "strategy", "name", "state", "pools", "allocs", "ready_id")
+    __slots__ = ("pg_id", "bundles", "strategy", "name", "state", "pools", "allocs", "ready_id", "created",
+                 "placed_after", "attempts")
 
     def __init__(self, pg_id: int, bundles: list[dict[str, int]], strategy: str, name: str, ready_id: int):
         self.pg_id, self.bundles, self.strategy, self.name = pg_id, bundles, strategy, name
@@ -22,11 +24,14 @@ class Group:
         self.pools: list[NodeResources] = []
         self.allocs: list = []
         self.ready_id = ready_id
+        self.created = time.monotonic()
+        self.placed_after: float | None = None   # seconds from creation to placement
+        self.attempts = 0                        # times placement was tried (Ray's scheduling_attempt)
 
 
 class Groups:
-    def __init__(self, res: NodeResources):
-        self.res = res
+    def __init__(self, res: NodeResources, node_id: str):
+        self.res, self.node_id = res, node_id
         self.by_id: dict[int, Group] = {}
         self.by_name: dict[str, int] = {}
         self.pending: deque[Group] = deque()
@@ -65,6 +70,7 @@ class Groups:
         placed = []
         while self.pending:
             group = self.pending[0]
+            group.attempts += 1
             allocs = []
             for bundle in group.bundles:
                 alloc = self.res.try_acquire(bundle)
@@ -78,7 +84,7 @@ class Groups:
             self.pending.popleft()
             group.allocs = allocs
             group.pools = [NodeResources.bundle(alloc) for alloc in allocs]
-            group.state = "CREATED"
+            group.state, group.placed_after = "CREATED", time.monotonic() - group.created
             placed.append(group)
         return placed
 
@@ -118,7 +124,17 @@ class Groups:
         return f"{self.res.describe(request)} does not fit in {where} of placement group {group.name or placement[0]}"
 
     def table(self, pg_id: int) -> dict:
+        """The group as Ray's placement_group_table() gives it (its latencies in ms)."""
         group = self.by_id[pg_id]
+        placed = group.placed_after is not None
+        latency_ms = group.placed_after * 1e3 if placed else 0.0
         return {"placement_group_id": f"{pg_id:028x}", "name": group.name, "strategy": group.strategy,
                 "state": group.state,
-                "bundles": {i: {k: from_fixed(v) for k, v in b.items()} for i, b in enumerate(group.bundles)}}
+                "bundles": {i: {k: from_fixed(v) for k, v in b.items()} for i, b in enumerate(group.bundles)},
+                "bundles_to_node_id": {i: self.node_id if group.state == "CREATED" else ""
+                                       for i in range(len(group.bundles))},
+                "stats": {"end_to_end_creation_latency_ms": latency_ms, "scheduling_latency_ms": latency_ms,
+                          "scheduling_attempt": group.attempts, "highest_retry_delay_ms": 0.0,
+                          "scheduling_state": ("REMOVED" if group.state == "REMOVED" else
+                                               "FINISHED" if placed else "NO_RESOURCES" if group.attempts else
+                                               "QUEUED")}}

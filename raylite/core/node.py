@@ -103,7 +103,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
                  log_dir: str | None = None, logging: dict | None = None, labels: dict | None = None):
         self.res = NodeResources(totals, device_ids)
-        self.groups = Groups(self.res)
+        self.groups = Groups(self.res, node_id)
         self.accel_resources = [r for r in device_ids if totals.get(r, 0) > 0]
         self.max_idle = max(1, -(-totals.get("CPU", 0) // SCALE))   # idle workers kept per device set
         self.session, self.node_id, self.job_id = session, node_id, job_id
@@ -396,8 +396,11 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         if self.stopping:   # shutdown(): a task retried after its worker was killed starts nowhere
             return
         if self.groups.pending:
-            for group in self.groups.place():
-                self.table.set_value(group.ready_id, serialization.dumps(True, None))
+            for group in self.groups.place():   # ready() gives the group, as in Ray
+                from raylite.core.placement_groups import PlacementGroup
+                handle = PlacementGroup(group.pg_id, [{k: from_fixed(v) for k, v in b.items()} for b in group.bundles],
+                                        group.ready_id)
+                self.table.set_value(group.ready_id, serialization.dumps(handle, None))
         for key in list(self.queues):
             queue = self.queues[key]
             while queue:

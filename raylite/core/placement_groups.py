@@ -38,7 +38,7 @@ class PlacementGroup:
         return len(self.bundle_specs)
 
     def ready(self) -> ObjectRef:
-        """A ref that resolves (to True) once every bundle is reserved."""
+        """A ref that resolves (to this group, as in Ray) once every bundle is reserved."""
         _client().addref(self._ready_id)
         return ObjectRef(self._ready_id, True)
 
@@ -82,19 +82,40 @@ class NodeAffinitySchedulingStrategy:
 
 
 def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "", lifetime: str | None = None,
-                    _max_cpu_fraction_per_node: float | None = None, **ray_only) -> PlacementGroup:
+                    _max_cpu_fraction_per_node: float | None = None, bundle_label_selector: list | None = None,
+                    **ray_only) -> PlacementGroup:
     """Reserve ``bundles`` (dicts of resource name to amount) together, placed asynchronously:
     ``ray.get(pg.ready())`` waits for them."""
     if (ray_util := _ray_util()) is not None:
+        if bundle_label_selector is not None:
+            ray_only["bundle_label_selector"] = bundle_label_selector
         return ray_util.placement_group(bundles, strategy=strategy, name=name, lifetime=lifetime, **ray_only)
     if strategy not in STRATEGIES:
         raise ValueError(f"placement_group: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if not isinstance(bundles, (list, tuple)) or not bundles:
         raise ValueError(f"placement_group: bundles must be a non-empty list of dicts, got {bundles!r}")
     units = [_bundle_units(i, b) for i, b in enumerate(bundles)]
+    client = _client()   # (started first: the label check needs the node's labels)
+    if bundle_label_selector:
+        _check_label_selectors(bundle_label_selector, len(bundles))
     pg_id, ready_id = next_id(), next_id()
-    _client().group("create", pg_id, units, strategy, name or "", ready_id)
+    client.group("create", pg_id, units, strategy, name or "", ready_id)
     return PlacementGroup(pg_id, [dict(b) for b in bundles], ready_id)
+
+
+def _check_label_selectors(selectors, n_bundles: int) -> None:
+    """Each bundle's label selector must match this node, the only one (else, like a bundle
+    larger than the node, the group could never be placed: an error, not a group pending forever)."""
+    from raylite.core import labels
+    if not isinstance(selectors, (list, tuple)) or len(selectors) != n_bundles:
+        raise ValueError(f"placement_group: bundle_label_selector must be a list of {n_bundles} dicts, one per "
+                         f"bundle, got {selectors!r}")
+    node = context.node_labels()
+    for i, selector in enumerate(selectors):
+        why = labels.unmet(labels.selector(selector, f"bundle_label_selector[{i}]"), node)
+        if why is not None:
+            raise ValueError(f"placement_group: bundle {i} can never be placed: its bundle_label_selector "
+                             f"{selector!r} does not match this node: {why}")
 
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:
