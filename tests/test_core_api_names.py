@@ -121,11 +121,11 @@ def test_task_and_actor_context_members(ray_start):
 
     task_hex, task_id, fn_name, session = ray.get(where.remote())
     assert task_hex == task_id and task_id is not None
-    assert fn_name == "where"
+    assert fn_name == f"{__name__}.where"   # module.function, as in Ray
     assert session == ray.get_runtime_context().get_session_name()
     actor_hex, actor_id, method_name = ray.get(Who.remote().ids.remote())
     assert actor_hex == actor_id and actor_id is not None
-    assert method_name == "Who.ids"
+    assert method_name == f"{__name__}.Who.ids"
 
 
 def test_placement_group_id_and_capture_in_a_task(ray_start):

@@ -32,13 +32,14 @@ class _Call:
     """What runs now: set per call, in a context variable, so each of an actor's concurrent calls
     (threads or asyncio tasks) sees its own."""
 
-    __slots__ = ("task_id", "actor_id", "name", "assigned", "accelerator_ids", "placement")
+    __slots__ = ("task_id", "actor_id", "name", "assigned", "accelerator_ids", "placement", "function")
 
     def __init__(self, task_id=None, actor_id=None, name="", assigned=None, accelerator_ids=None,
-                 placement=None):
+                 placement=None, function=None):
         self.task_id, self.actor_id, self.name = task_id, actor_id, name
         self.assigned, self.accelerator_ids = assigned or {}, accelerator_ids or {}
         self.placement = placement
+        self.function = function   # the task's function, or (actor class, method name)
 
 
 _process = _Process()
@@ -64,9 +65,9 @@ def set_actor(meta: tuple, name: str | None) -> None:
     _process.actor_meta, _process.actor_name = meta, name or ""
 
 
-def set_current(*, task_id, actor_id, name, assigned, accelerator_ids, placement=None) -> None:
+def set_current(*, task_id, actor_id, name, assigned, accelerator_ids, placement=None, function=None) -> None:
     global _last
-    _last = _Call(task_id, actor_id, name, assigned, accelerator_ids, placement)
+    _last = _Call(task_id, actor_id, name, assigned, accelerator_ids, placement, function)
     _call.set(_last)
 
 
@@ -128,10 +129,13 @@ class RuntimeContext:
         return _now().name or None
 
     def get_task_function_name(self) -> str | None:
-        """The running task's name: raylite's call context records the task's name, not its function,
-        so this is ``f`` or ``Class.method`` (Ray: ``module.f``), or the name given with
-        ``.options(name=...)``; None in the driver."""
-        return self.get_task_name()
+        """``module.f`` or ``module.Class.method`` of the running call, as Ray gives it; None in
+        the driver."""
+        function = _now().function
+        if isinstance(function, tuple):
+            cls, method = function
+            return f"{cls.__module__}.{cls.__name__}.{method}"
+        return None if function is None else f"{function.__module__}.{getattr(function, '__name__', 'task')}"
 
     @property
     def job_id(self) -> _ID:

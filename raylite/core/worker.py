@@ -224,7 +224,10 @@ class _Executor:
         """Make the call's identity and resources what get_runtime_context() reports."""
         context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
                             assigned=assigned, accelerator_ids=accel,
-                            placement=self.placement if spec.kind == "actor_call" else spec.placement)
+                            placement=self.placement if spec.kind == "actor_call" else spec.placement,
+                            function=self.functions.get(spec.fn_id) if spec.kind == "task" else
+                            (type(self.actor), spec.method) if spec.kind == "actor_call" else
+                            (self.functions.get(spec.fn_id), "__init__"))
 
     def execute(self, spec: TaskSpec, deps: dict, assigned: dict, accel: dict) -> None:
         if spec.kind == "actor_call" and self.actor is None and self.init_error:
