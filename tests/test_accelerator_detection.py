@@ -4,6 +4,7 @@ Hardware is faked at its boundary: a stand-in ``pynvml`` module for NVML and a
 temporary directory tree for device nodes and sysfs (``root=``).
 """
 
+import importlib.machinery
 import sys
 import types
 
@@ -14,22 +15,34 @@ from raylite.core import accelerators as acc
 from raylite.core.resources import SCALE
 
 NVIDIA = {"RAYLITE_GPU_VENDOR": "nvidia"}
-FAMILY_VARS = {
-    "nvidia": ("GPU", "CUDA_VISIBLE_DEVICES"),
-    "amd": ("GPU", "ROCR_VISIBLE_DEVICES"),
-    "intel": ("GPU", "ONEAPI_DEVICE_SELECTOR"),
-    "aws": ("neuron_cores", "NEURON_RT_VISIBLE_CORES"),
-    "google": ("TPU", "TPU_VISIBLE_CHIPS"),
-    "habana": ("HPU", "HABANA_VISIBLE_MODULES"),
-    "huawei": ("NPU", "ASCEND_RT_VISIBLE_DEVICES"),
+GPU_VENDORS = ("nvidia", "amd", "intel", "metax")
+FAMILY_VARS = {   # vendor -> (resource, variable, Ray 2.60's opt-out for it)
+    "nvidia": ("GPU", "CUDA_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"),
+    "amd": ("GPU", "HIP_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES"),
+    "intel": ("GPU", "ZE_AFFINITY_MASK", "RAY_EXPERIMENTAL_NOSET_ZE_AFFINITY_MASK"),
+    "metax": ("GPU", "CUDA_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"),
+    "aws": ("neuron_cores", "NEURON_RT_VISIBLE_CORES", "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES"),
+    "google": ("TPU", "TPU_VISIBLE_CHIPS", "RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS"),
+    "habana": ("HPU", "HABANA_VISIBLE_MODULES", "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES"),
+    "huawei": ("NPU", "ASCEND_RT_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"),
+    "rebellions": ("RBLN", "RBLN_DEVICES", "RAY_EXPERIMENTAL_NOSET_RBLN_RT_VISIBLE_DEVICES"),
+    "furiosa": ("FURIOSA", "FURIOSA_DEVICES", "RAY_EXPERIMENTAL_NOSET_FURIOSA_DEVICES"),
+    "mobilint": ("MBLT", "QBRUNTIME_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_MBLT_RT_VISIBLE_DEVICES"),
+    "tenstorrent": ("TTNPU", "TT_VISIBLE_DEVICES", "RAY_EXPERIMENTAL_NOSET_TENSTORRENT_VISIBLE_DEVICES"),
 }
+ALL_RESOURCES = ["GPU", "neuron_cores", "TPU", "HPU", "NPU", "RBLN", "FURIOSA", "MBLT", "TTNPU"]
 
 
 def vendor_env(vendor: str, **extra: str) -> dict:
     """An environment selecting the GPU vendor when the family is a GPU one."""
-    env = {"RAYLITE_GPU_VENDOR": vendor if vendor in ("nvidia", "amd", "intel") else "nvidia"}
+    env = {"RAYLITE_GPU_VENDOR": vendor if vendor in GPU_VENDORS else "nvidia"}
     env.update(extra)
     return env
+
+
+def worker_value(vendor: str, ids: list[str]) -> str:
+    """What a worker holding `ids` sees: Furiosa's tools read "npu:<id>", the others plain ids."""
+    return ",".join("npu:" + i if vendor == "furiosa" else i for i in ids)
 
 
 class FakeNVML(types.ModuleType):
@@ -81,7 +94,7 @@ def empty_root(tmp_path):
 # ------------------------------------------------------------------- vendors
 
 def test_vendor_setting_wins_and_is_validated(empty_root):
-    for vendor in ("nvidia", "amd", "intel"):
+    for vendor in GPU_VENDORS:
         assert acc.gpu_vendor({"RAYLITE_GPU_VENDOR": vendor.upper()}, root=empty_root) == vendor
         assert acc.family_for("GPU", {"RAYLITE_GPU_VENDOR": vendor}).vendor == vendor
     with pytest.raises(ValueError, match="RAYLITE_GPU_VENDOR"):
@@ -97,37 +110,70 @@ def test_vendor_probe_defaults_to_nvidia(tmp_path):
 
 
 def test_families_table():
-    for vendor, (res, var) in FAMILY_VARS.items():
+    for vendor, (res, var, noset) in FAMILY_VARS.items():
         fam = acc.family_for(res, vendor_env(vendor))
-        assert (fam.resource, fam.env_var) == (res, var)
+        assert (fam.resource, fam.env_var, fam.noset_var) == (res, var, noset)
         assert fam.allow_fractions == (res in ("GPU", "NPU"))
     assert acc.family_for("CPU") is None and acc.family_for("memory") is None
+    assert sorted(acc.OTHER_FAMILIES) == sorted(r for r in ALL_RESOURCES if r != "GPU")
+
+
+def test_families_match_ray():
+    """Resource names, variables and opt-outs are Ray's own (checked against it when installed)."""
+    managers = pytest.importorskip("ray._private.accelerators")
+    from ray._private.accelerators import amd_gpu, furiosa, intel_gpu, mblt, rbln, ttnpu
+    ray_noset = {"amd": amd_gpu.NOSET_HIP_VISIBLE_DEVICES_ENV_VAR,
+                 "intel": intel_gpu.NOSET_ZE_AFFINITY_MASK_ENV_VAR,
+                 "rebellions": rbln.NOSET_RBLN_RT_VISIBLE_DEVICES_ENV_VAR,
+                 "furiosa": furiosa.NOSET_FURIOSA_VISIBLE_DEVICES_ENV_VAR,
+                 "mobilint": mblt.NOSET_MBLT_RT_VISIBLE_DEVICES_ENV_VAR,
+                 "tenstorrent": ttnpu.NOSET_TENSTORRENT_VISIBLE_DEVICES_ENV_VAR}
+    assert {v: FAMILY_VARS[v][2] for v in ray_noset} == ray_noset
+    theirs = {m.get_resource_name(): m for m in managers.get_all_accelerator_managers()}
+    assert set(ALL_RESOURCES) <= set(theirs)
+    for res in ALL_RESOURCES:
+        if res != "GPU":   # Ray's GPU manager depends on the machine; GPU vendors are checked above
+            assert acc.family_for(res).env_var == theirs[res].get_visible_accelerator_ids_env_var()
 
 
 # --------------------------------------------------------------- visible ids
 
 @pytest.mark.parametrize("vendor", sorted(FAMILY_VARS))
 def test_visible_ids_per_family(vendor):
-    res, var = FAMILY_VARS[vendor]
+    res, var, _ = FAMILY_VARS[vendor]
     assert acc.visible_ids(res, vendor_env(vendor)) is None
-    value = "level_zero:1,3" if vendor == "intel" else "1,3"
-    assert acc.visible_ids(res, vendor_env(vendor, **{var: value})) == ["1", "3"]
+    assert acc.visible_ids(res, vendor_env(vendor, **{var: "1,3"})) == ["1", "3"]
     assert acc.visible_ids(res, vendor_env(vendor, **{var: ""})) == []
 
 
 def test_visible_ids_forms():
     intel = vendor_env("intel")
     sel = "ONEAPI_DEVICE_SELECTOR"
+    # Ray reads the selector only when ZE_AFFINITY_MASK is unset.
     assert acc.visible_ids("GPU", {**intel, sel: "0,1"}) == ["0", "1"]
+    assert acc.visible_ids("GPU", {**intel, sel: "level_zero:1,3"}) == ["1", "3"]
     assert acc.visible_ids("GPU", {**intel, sel: "opencl:*;level_zero:2"}) == ["2"]
     assert acc.visible_ids("GPU", {**intel, sel: "level_zero:*"}) is None
     assert acc.visible_ids("GPU", {**intel, sel: "level_zero:"}) == []
+    assert acc.visible_ids("GPU", {**intel, sel: "level_zero:1,3", "ZE_AFFINITY_MASK": "2"}) == ["2"]
+    furiosa = {"FURIOSA_DEVICES": "npu:1, npu:3,5, npu:7:0-3"}   # a PE suffix names its device
+    assert acc.visible_ids("FURIOSA", furiosa) == ["1", "3", "5", "7"]
+    assert acc.visible_ids("TTNPU", {"TT_VISIBLE_DEVICES": "NoDevFiles"}) == []
     cuda = {**NVIDIA, "CUDA_VISIBLE_DEVICES": " 0, 2 "}
     assert acc.visible_ids("GPU", cuda) == ["0", "2"]
     assert acc.visible_ids("GPU", {**NVIDIA, "CUDA_VISIBLE_DEVICES": "-1"}) == []
     assert acc.visible_ids("GPU", {**NVIDIA, "CUDA_VISIBLE_DEVICES": "1,-1,2"}) == ["1"]
     assert acc.visible_ids("GPU", {**NVIDIA, "CUDA_VISIBLE_DEVICES": "NoDevFiles"}) == []
     assert acc.visible_ids("CPU", {"CUDA_VISIBLE_DEVICES": "1"}) is None
+
+
+def test_amd_refuses_rocr_without_hip():
+    amd = vendor_env("amd")
+    with pytest.raises(RuntimeError, match="HIP_VISIBLE_DEVICES instead of ROCR_VISIBLE_DEVICES"):
+        acc.visible_ids("GPU", {**amd, "ROCR_VISIBLE_DEVICES": "1"})
+    # With HIP set, HIP gives the ids (counted within ROCR's devices) and ROCR is not read.
+    assert acc.visible_ids("GPU", {**amd, "ROCR_VISIBLE_DEVICES": "2,3", "HIP_VISIBLE_DEVICES": "1"}) == ["1"]
+    assert acc.visible_ids("GPU", {**NVIDIA, "ROCR_VISIBLE_DEVICES": "1"}) is None   # only AMD cares
 
 
 # ------------------------------------------------------------------- NVML
@@ -200,9 +246,8 @@ def test_node_devices_logical_on_cpu_box(nvml, empty_root):
 @pytest.mark.parametrize("vendor", sorted(FAMILY_VARS))
 def test_node_devices_explicit_with_visible_ids(vendor, nvml, empty_root):
     nvml()
-    res, var = FAMILY_VARS[vendor]
-    value = "level_zero:2,5" if vendor == "intel" else "2,5"
-    env = vendor_env(vendor, **{var: value})
+    res, var, _ = FAMILY_VARS[vendor]
+    env = vendor_env(vendor, **{var: "2,5"})
     kwargs = {"num_gpus": 2} if res == "GPU" else {"resources": {res: 2, "custom": 1}}
     totals, ids, _ = acc.node_devices(environ=env, root=empty_root, **kwargs)
     assert totals == {res: 2 * SCALE} and ids == {res: ["2", "5"]}
@@ -210,8 +255,11 @@ def test_node_devices_explicit_with_visible_ids(vendor, nvml, empty_root):
 
 # --------------------------------------------------- device-node detection
 
-def test_detect_other_families_from_device_nodes(tmp_path, nvml):
+def test_detect_other_families_from_device_nodes(tmp_path, nvml, monkeypatch):
     nvml()
+    for sdk in ("rebel", "furiosa_smi_py", "qbruntime"):   # no vendor library is needed (or imported)
+        monkeypatch.setitem(sys.modules, sdk, None)
+    mgmt = "sys/class/rngd_mgmt/rngd!npu{}mgmt/platform_type"
     root = make_tree(tmp_path, {
         "dev/neuron0": "", "dev/neuron1": "",
         "sys/devices/virtual/neuron_device/neuron0/core_count": "2\n",
@@ -219,14 +267,32 @@ def test_detect_other_families_from_device_nodes(tmp_path, nvml):
         "dev/accel0": "", "dev/accel1": "", "dev/accel2": "", "dev/accel3": "",
         "dev/hl0": "", "dev/hl1": "", "dev/hl_controlD0": "",
         "dev/davinci0": "", "dev/davinci1": "", "dev/davinci_manager": "",
+        "dev/rbln0": "", "dev/rbln1": "", "dev/rbln2": "", "dev/rsd0": "", "dev/rblnfs0": "",
+        mgmt.format(0): "FuriosaAI\n", mgmt.format(1): "FuriosaAI\n",
+        "sys/class/rngd_mgmt/rngd!npu0pe0/alloc_status": "",
+        "dev/regulus-npu0": "", "dev/regulus-usb": "", "dev/regulus": "",
+        "dev/tenstorrent/0": "", "dev/tenstorrent/1": "",
     })
-    env = {**NVIDIA, "TPU_ACCELERATOR_TYPE": "v4-8", "HABANA_VISIBLE_MODULES": "1"}
+    env = {**NVIDIA, "TPU_ACCELERATOR_TYPE": "v4-8", "HABANA_VISIBLE_MODULES": "1",
+           "TT_VISIBLE_DEVICES": "1"}
     assert acc.detect(env, root=root) == {
         "neuron_cores": (4, "aws-neuron-core"),
         "TPU": (4, "TPU-V4"),
         "HPU": (1, "Intel-GAUDI"),
         "NPU": (2, None),
+        "RBLN": (3, None),
+        "FURIOSA": (2, None),
+        "MBLT": (1, "MOBILINT_REGULUS"),
+        "TTNPU": (1, None),
     }
+
+
+def test_detect_mobilint_aries(tmp_path, nvml):
+    nvml()
+    root = make_tree(tmp_path, {"dev/aries0": "", "dev/aries1": ""})
+    totals, ids, accel_type = acc.node_devices(environ=NVIDIA, root=root)
+    assert totals == {"MBLT": 2 * SCALE, "accelerator_type:MOBILINT_ARIES": SCALE}
+    assert ids == {"MBLT": ["0", "1"]} and accel_type == "MOBILINT_ARIES"
 
 
 def test_detect_neuron_without_sysfs_guesses_two_cores(tmp_path, nvml):
@@ -254,14 +320,50 @@ def test_detect_amd_from_kfd_topology(tmp_path):
             f"cpu_cores_count 0\nsimd_count 304\ndevice_id {0x74A1}\n")
     root = make_tree(tmp_path, files)
     assert acc.detect({}, root=root) == {"GPU": (2, "AMD-Instinct-MI300X-OAM")}
-    env = {"ROCR_VISIBLE_DEVICES": "1"}
+    env = {"HIP_VISIBLE_DEVICES": "1"}
     totals, ids, accel_type = acc.node_devices(environ=env, root=root)
     assert ids == {"GPU": ["1"]} and accel_type == "AMD-Instinct-MI300X-OAM"
     assert totals == {"GPU": SCALE, "accelerator_type:AMD-Instinct-MI300X-OAM": SCALE}
+    with pytest.raises(RuntimeError, match="HIP_VISIBLE_DEVICES"):
+        acc.node_devices(environ={"ROCR_VISIBLE_DEVICES": "1"}, root=root)
+    assert acc.node_devices(num_gpus=0, environ={"ROCR_VISIBLE_DEVICES": "1"}, root=root)[0] == {}
 
 
 def test_detect_intel_without_dpctl_finds_nothing(empty_root):
     assert acc.detect({"RAYLITE_GPU_VENDOR": "intel"}, root=empty_root) == {}
+
+
+def test_detection_imports_nothing_without_vendor_tooling(empty_root):
+    before = set(sys.modules)
+    for vendor in ("amd", "intel", "metax"):
+        assert acc.detect({"RAYLITE_GPU_VENDOR": vendor}, root=empty_root) == {}
+    assert set(sys.modules) - before == set()
+
+
+def _fake_mxsml(monkeypatch, names):
+    """pymxsml.mxsml_extension with the calls detection makes; records init/shutdown."""
+    ext = types.ModuleType("pymxsml.mxsml_extension")
+    ext.calls = []
+    ext.mxSmlExInit = lambda: ext.calls.append("init")
+    ext.mxSmlExShutdown = lambda: ext.calls.append("shutdown")
+    ext.mxSmlExDeviceGetCount = lambda: len(names)
+    ext.mxSmlExDeviceGetHandleByIndex = lambda i: i
+    ext.mxSmlExDeviceGetName = lambda handle: names[handle]
+    pkg = types.ModuleType("pymxsml")
+    pkg.__spec__ = importlib.machinery.ModuleSpec("pymxsml", None)
+    pkg.mxsml_extension = ext
+    monkeypatch.setitem(sys.modules, "pymxsml", pkg)
+    monkeypatch.setitem(sys.modules, "pymxsml.mxsml_extension", ext)
+    return ext
+
+
+def test_detect_metax_through_pymxsml(monkeypatch, empty_root):
+    metax = {"RAYLITE_GPU_VENDOR": "metax"}
+    assert acc.detect(metax, root=empty_root) == {}   # pymxsml not installed: no MetaX GPU
+    ext = _fake_mxsml(monkeypatch, [b"MXC500", b"MXC500"])
+    assert acc.detect(metax, root=empty_root) == {"GPU": (2, "MXC500")}
+    assert ext.calls == ["init", "shutdown"]
+    assert acc.worker_env({"GPU": ["1"]}, metax, resources=["GPU"]) == {"CUDA_VISIBLE_DEVICES": "1"}
 
 
 def test_detect_survives_broken_probe(monkeypatch, nvml, empty_root):
@@ -274,31 +376,35 @@ def test_detect_survives_broken_probe(monkeypatch, nvml, empty_root):
 
 @pytest.mark.parametrize("vendor", sorted(FAMILY_VARS))
 def test_worker_env_per_family(vendor):
-    res, var = FAMILY_VARS[vendor]
+    res, var, _ = FAMILY_VARS[vendor]
     env = vendor_env(vendor)
     ids = ["0", "1", "2", "3"] if res == "TPU" else ["0", "2"]
     got = acc.worker_env({res: ids}, env)
-    joined = ",".join(ids)
     gpu_var = acc.family_for("GPU", env).env_var
-    expected = {v: "" for r, v in FAMILY_VARS.values() if r != "GPU"}
-    expected[gpu_var] = "level_zero:" if gpu_var == "ONEAPI_DEVICE_SELECTOR" else ""
-    expected[var] = "level_zero:" + joined if vendor == "intel" else joined
+    expected = {v: "" for r, v, _ in FAMILY_VARS.values() if r != "GPU"}
+    expected[gpu_var] = ""
+    expected[var] = worker_value(vendor, ids)
     assert got == expected   # every other family hidden, as Ray does for num_*=0
 
 
 def test_worker_env_cpu_task_hides_gpus():
     assert acc.worker_env({}, NVIDIA, resources=["GPU"]) == {"CUDA_VISIBLE_DEVICES": ""}
-    assert acc.worker_env({}, {"RAYLITE_GPU_VENDOR": "intel"}, resources=["GPU"]) == {
-        "ONEAPI_DEVICE_SELECTOR": "level_zero:"}
+    assert acc.worker_env({}, vendor_env("intel"), resources=["GPU"]) == {"ZE_AFFINITY_MASK": ""}
+    assert acc.worker_env({}, vendor_env("amd"), resources=["GPU"]) == {"HIP_VISIBLE_DEVICES": ""}
     got = acc.worker_env({"GPU": ["3"]}, NVIDIA, resources=["GPU"])
     assert got == {"CUDA_VISIBLE_DEVICES": "3"}
 
 
-def test_worker_env_opt_outs():
-    env = {**NVIDIA, "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}
-    assert "CUDA_VISIBLE_DEVICES" not in acc.worker_env({"GPU": ["0"]}, env)
-    env = {**NVIDIA, "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
-    assert acc.worker_env({"GPU": ["1"]}, env) == {"CUDA_VISIBLE_DEVICES": "1"}
+@pytest.mark.parametrize("vendor", sorted(FAMILY_VARS))
+def test_worker_env_opt_outs(vendor):
+    res, var, noset = FAMILY_VARS[vendor]
+    family_vars = {v for _, v, _ in FAMILY_VARS.values()}
+    env = vendor_env(vendor, **{noset: "1"})
+    assert var not in acc.worker_env({res: ["0"]}, env, resources=[res])
+    assert acc.worker_env({res: ["0"]}, vendor_env(vendor), resources=[res])[var] == worker_value(vendor, ["0"])
+    env = vendor_env(vendor, RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO="0")   # families with no ids: untouched
+    got = acc.worker_env({res: ["1"]}, env)
+    assert {k: v for k, v in got.items() if k in family_vars} == {var: worker_value(vendor, ["1"])}
 
 
 def test_worker_env_tpu_subhost_bounds():
@@ -310,8 +416,7 @@ def test_worker_env_tpu_subhost_bounds():
 
 
 def test_accelerator_ids_view():
-    assert acc.accelerator_ids({"GPU": ["0"]}) == {
-        "GPU": ["0"], "neuron_cores": [], "TPU": [], "HPU": [], "NPU": []}
+    assert acc.accelerator_ids({"GPU": ["0"]}) == {r: ["0"] if r == "GPU" else [] for r in ALL_RESOURCES}
 
 
 def test_detect_survives_broken_gpu_probe(monkeypatch, empty_root):

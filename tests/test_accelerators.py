@@ -28,10 +28,16 @@ FAMILY_VARS = {
     "TPU": "TPU_VISIBLE_CHIPS",
     "HPU": "HABANA_VISIBLE_MODULES",
     "NPU": "ASCEND_RT_VISIBLE_DEVICES",
+    "RBLN": "RBLN_DEVICES",
+    "FURIOSA": "FURIOSA_DEVICES",
+    "MBLT": "QBRUNTIME_VISIBLE_DEVICES",
+    "TTNPU": "TT_VISIBLE_DEVICES",
 }
-GPU_VENDOR_VARS = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES",
-                   "intel": "ONEAPI_DEVICE_SELECTOR"}
-ALL_VARS = set(FAMILY_VARS.values()) | set(GPU_VENDOR_VARS.values())
+GPU_VENDOR_VARS = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "HIP_VISIBLE_DEVICES",
+                   "intel": "ZE_AFFINITY_MASK"}
+# Variables Ray 2.60 reads but never sets: a worker inherits them from the driver as they are.
+INHERITED_VARS = {"ROCR_VISIBLE_DEVICES", "ONEAPI_DEVICE_SELECTOR"}
+ALL_VARS = set(FAMILY_VARS.values()) | set(GPU_VENDOR_VARS.values()) | INHERITED_VARS
 
 
 
@@ -58,8 +64,10 @@ def clean_env(monkeypatch):
 
 def _seed_pair(resource: str, var: str, verbose: bool = False, **remote_kw):
     """The page's example: an actor and a task each asking for one device of `resource`;
-    both report the ids they were given, the variable, get_gpu_ids() and their pid (and print
-    the first two, as the page does, when verbose)."""
+    both report the ids they were given, the variable, get_gpu_ids(), their pid and every
+    visible-devices variable in `ALL_VARS` (and print the first two, as the page does, when
+    verbose)."""
+    watched = sorted(ALL_VARS)   # a local: the remote code takes it by value
 
     def report():
         ctx = ray.get_runtime_context()
@@ -68,7 +76,8 @@ def _seed_pair(resource: str, var: str, verbose: bool = False, **remote_kw):
             print(f"{resource} IDs: {ids.get(resource)}")
             print(f"{var}: {os.environ.get(var)}")
         return {"ids": ids, "var": os.environ.get(var), "gpu_ids": ray.get_gpu_ids(),
-                "pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}
+                "pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "env": {v: os.environ.get(v) for v in watched}}
 
     @ray.remote(**remote_kw)
     class Actor:
@@ -117,8 +126,11 @@ def test_seed_output_is_printed_with_the_workers_prefix(capfd):
     assert any(line.startswith("(task pid=") and line.endswith("GPU IDs: ['1']") for line in lines), seen
 
 
-@pytest.mark.parametrize("resource", ["neuron_cores", "TPU", "HPU", "NPU"])
-def test_seed_other_families_actor_gets_0_and_task_1(resource):
+@pytest.mark.parametrize("resource, seen", [
+    ("neuron_cores", ["0", "1"]), ("TPU", ["0", "1"]), ("HPU", ["0", "1"]), ("NPU", ["0", "1"]),
+    ("RBLN", ["0", "1"]), ("FURIOSA", ["npu:0", "npu:1"]), ("MBLT", ["0", "1"]), ("TTNPU", ["0", "1"]),
+])
+def test_seed_other_families_actor_gets_0_and_task_1(resource, seen):
     var = FAMILY_VARS[resource]
     ray.init(num_cpus=2, resources={resource: 2})
     assert ray.cluster_resources()[resource] == 2
@@ -126,15 +138,15 @@ def test_seed_other_families_actor_gets_0_and_task_1(resource):
     actor = Actor.remote()
     a = ray.get(actor.info.remote())
     t = ray.get(task.remote())
-    assert (a["ids"][resource], a["var"]) == (["0"], "0")
-    assert (t["ids"][resource], t["var"]) == (["1"], "1")
-    # No GPU was asked for: no GPU ids either.
+    assert (a["ids"][resource], a["var"]) == (["0"], seen[0])
+    assert (t["ids"][resource], t["var"]) == (["1"], seen[1])
+    # No GPU was asked for: no GPU ids either; and no other family's variable is set.
     assert a["ids"].get("GPU", []) == [] and t["gpu_ids"] == []
+    assert {k: v for k, v in t["env"].items() if v is not None} == {var: seen[1]}
 
 
-@pytest.mark.parametrize("vendor, selector", [("amd", ["0", "1"]),
-                                              ("intel", ["level_zero:0", "level_zero:1"])])
-def test_seed_gpu_vendor_setting_selects_the_variable(clean_env, vendor, selector):
+@pytest.mark.parametrize("vendor", ["amd", "intel"])
+def test_seed_gpu_vendor_setting_selects_the_variable(clean_env, vendor):
     clean_env.setenv("RAYLITE_GPU_VENDOR", vendor)   # in the driver's env before init
     var = GPU_VENDOR_VARS[vendor]
     ray.init(num_cpus=2, num_gpus=2)
@@ -142,9 +154,11 @@ def test_seed_gpu_vendor_setting_selects_the_variable(clean_env, vendor, selecto
     actor = Actor.remote()
     a = ray.get(actor.info.remote())
     t = ray.get(task.remote())
-    assert (a["ids"]["GPU"], a["var"], a["gpu_ids"]) == (["0"], selector[0], [0])
-    assert (t["ids"]["GPU"], t["var"], t["gpu_ids"]) == (["1"], selector[1], [1])
-    assert a["cuda"] is None and t["cuda"] is None   # CUDA's variable is not the one for this vendor
+    assert (a["ids"]["GPU"], a["var"], a["gpu_ids"]) == (["0"], "0", [0])
+    assert (t["ids"]["GPU"], t["var"], t["gpu_ids"]) == (["1"], "1", [1])
+    # Ray 2.60 sets only HIP_VISIBLE_DEVICES / ZE_AFFINITY_MASK: not CUDA's, ROCR's or oneAPI's.
+    assert {k: v for k, v in a["env"].items() if v is not None} == {var: "0"}
+    assert {k: v for k, v in t["env"].items() if v is not None} == {var: "1"}
 
 
 def test_cpu_task_on_a_gpu_node_sees_no_gpu():
@@ -164,26 +178,36 @@ def test_accelerator_ids_lists_every_family():
     def ids():
         return ray.get_runtime_context().get_accelerator_ids()
 
-    assert ray.get(ids.remote()) == {"GPU": ["0"], "neuron_cores": [], "TPU": [], "HPU": [], "NPU": []}
+    assert ray.get(ids.remote()) == {"GPU": ["0"], "neuron_cores": [], "TPU": [], "HPU": [], "NPU": [],
+                                     "RBLN": [], "FURIOSA": [], "MBLT": [], "TTNPU": []}
 
 
 # --------------------------------------------------------------------- visible ids before init
 
 
 @pytest.mark.parametrize("resource, vendor, before, expected", [
-    ("GPU", "nvidia", "1,3", ["1", "3"]),
-    ("GPU", "amd", "1,3", ["1", "3"]),
-    ("GPU", "intel", "level_zero:1,3", ["level_zero:1", "level_zero:3"]),
-    ("GPU", "intel", "1,3", ["level_zero:1", "level_zero:3"]),   # the plain form is read too
-    ("neuron_cores", "nvidia", "1,3", ["1", "3"]),
-    ("TPU", "nvidia", "1,3", ["1", "3"]),
-    ("HPU", "nvidia", "1,3", ["1", "3"]),
-    ("NPU", "nvidia", "1,3", ["1", "3"]),
+    ("GPU", "nvidia", {"CUDA_VISIBLE_DEVICES": "1,3"}, ["1", "3"]),
+    ("GPU", "amd", {"HIP_VISIBLE_DEVICES": "1,3"}, ["1", "3"]),
+    ("GPU", "amd", {"HIP_VISIBLE_DEVICES": "1,3", "ROCR_VISIBLE_DEVICES": "0,2,4,6"}, ["1", "3"]),
+    ("GPU", "intel", {"ZE_AFFINITY_MASK": "1,3"}, ["1", "3"]),
+    ("GPU", "intel", {"ONEAPI_DEVICE_SELECTOR": "level_zero:1,3"}, ["1", "3"]),   # Ray's fallback
+    ("GPU", "intel", {"ONEAPI_DEVICE_SELECTOR": "1,3"}, ["1", "3"]),
+    ("neuron_cores", "nvidia", {"NEURON_RT_VISIBLE_CORES": "1,3"}, ["1", "3"]),
+    ("TPU", "nvidia", {"TPU_VISIBLE_CHIPS": "1,3"}, ["1", "3"]),
+    ("HPU", "nvidia", {"HABANA_VISIBLE_MODULES": "1,3"}, ["1", "3"]),
+    ("NPU", "nvidia", {"ASCEND_RT_VISIBLE_DEVICES": "1,3"}, ["1", "3"]),
+    ("RBLN", "nvidia", {"RBLN_DEVICES": "1,3"}, ["1", "3"]),
+    ("FURIOSA", "nvidia", {"FURIOSA_DEVICES": "npu:1,npu:3"}, ["npu:1", "npu:3"]),
+    ("MBLT", "nvidia", {"QBRUNTIME_VISIBLE_DEVICES": "1,3"}, ["1", "3"]),
+    ("TTNPU", "nvidia", {"TT_VISIBLE_DEVICES": "1,3"}, ["1", "3"]),
 ])
 def test_visible_devices_before_init_restrict_the_ids(clean_env, resource, vendor, before, expected):
+    """The ids come from the variable set before init; workers get the family's variable, and
+    the variables Ray only reads (ROCR_VISIBLE_DEVICES, ONEAPI_DEVICE_SELECTOR) pass unchanged."""
     clean_env.setenv("RAYLITE_GPU_VENDOR", vendor)
     var = GPU_VENDOR_VARS[vendor] if resource == "GPU" else FAMILY_VARS[resource]
-    clean_env.setenv(var, before)
+    for name, value in before.items():
+        clean_env.setenv(name, value)
     if resource == "GPU":
         ray.init(num_cpus=2, num_gpus=2)
         Actor, task = _seed_pair(resource, var, num_gpus=1)
@@ -197,6 +221,27 @@ def test_visible_devices_before_init_restrict_the_ids(clean_env, resource, vendo
     assert (t["ids"][resource], t["var"]) == (["3"], expected[1])
     if resource == "GPU":
         assert (a["gpu_ids"], t["gpu_ids"]) == ([1], [3])
+    for name in INHERITED_VARS & set(before):
+        assert a["env"][name] == t["env"][name] == before[name]
+
+
+def test_amd_rocr_without_hip_is_an_init_error(clean_env):
+    clean_env.setenv("RAYLITE_GPU_VENDOR", "amd")
+    clean_env.setenv("ROCR_VISIBLE_DEVICES", "1,3")
+    with pytest.raises(RuntimeError, match="HIP_VISIBLE_DEVICES instead of ROCR_VISIBLE_DEVICES"):
+        ray.init(num_cpus=1, num_gpus=2)
+    assert not ray.is_initialized()
+
+
+def test_ray_opt_out_leaves_a_new_familys_variable_inherited(clean_env):
+    clean_env.setenv("RAY_EXPERIMENTAL_NOSET_RBLN_RT_VISIBLE_DEVICES", "1")   # Ray's name for it
+    ray.init(num_cpus=1, resources={"RBLN": 2})
+
+    @ray.remote(resources={"RBLN": 1})
+    def held():
+        return ray.get_runtime_context().get_accelerator_ids()["RBLN"], os.environ.get("RBLN_DEVICES")
+
+    assert ray.get(held.remote()) == (["0"], None)
 
 
 def test_more_devices_than_visible_is_an_init_error(clean_env):
@@ -257,6 +302,10 @@ INVALID = [
     ({"resources": {"neuron_cores": 0.5}}, ("neuron_cores", "0.5")),
     ({"resources": {"TPU": 0.5}}, ("TPU", "0.5")),
     ({"resources": {"HPU": 0.5}}, ("HPU", "0.5")),
+    ({"resources": {"RBLN": 0.5}}, ("RBLN", "0.5")),
+    ({"resources": {"FURIOSA": 0.5}}, ("FURIOSA", "0.5")),
+    ({"resources": {"MBLT": 0.5}}, ("MBLT", "0.5")),
+    ({"resources": {"TTNPU": 0.5}}, ("TTNPU", "0.5")),
     ({"resources": {"TPU": 3}}, ("TPU", "3")),
     ({"resources": {"NPU": -2}}, ("NPU", "-2")),
     ({"num_cpus": -0.5}, ("num_cpus", "-0.5")),
@@ -459,10 +508,11 @@ def test_accelerator_type_match_runs():
 
 
 def test_every_accelerator_type_constant_of_ray_has_rays_value():
-    theirs = pytest.importorskip("ray.util.accelerators")
+    pytest.importorskip("ray.util.accelerators")
+    from ray.util.accelerators import accelerators as theirs   # every constant, not only those re-exported
     from raylite.util import accelerators as ours
     constants = {n: v for n, v in vars(theirs).items() if n.isupper() and isinstance(v, str)}
-    assert len(constants) > 30
+    assert len(constants) > 50 and "FURIOSA_RNGD" in constants
     assert {n: getattr(ours, n, None) for n in constants} == constants
 
 

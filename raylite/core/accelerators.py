@@ -6,13 +6,14 @@ before user code imports a framework, so the scheduler asks ``worker_env`` for
 it when it starts (or picks) a worker.
 
 Detection runs only when called (at ``init``), never at import, and never
-hangs: NVIDIA through NVML, the others through device nodes and sysfs; the one
-external tool (``neuron-ls``) runs with a timeout. Nothing here imports a
-framework or initialises CUDA, so the driver can still fork workers safely.
+hangs: NVIDIA through NVML, Intel and MetaX through their Python bindings only
+when installed, the others through device nodes and sysfs; the one external
+tool (``neuron-ls``) runs with a timeout. Nothing here imports a framework or
+initialises CUDA, so the driver can still fork workers safely.
 
-``RAYLITE_GPU_VENDOR`` (``nvidia`` | ``amd`` | ``intel``) selects which GPU
-family the ``GPU`` resource means when detection cannot tell (tests, odd
-machines). Ray's ``RAY_EXPERIMENTAL_NOSET_<VAR>`` and
+``RAYLITE_GPU_VENDOR`` (``nvidia`` | ``amd`` | ``intel`` | ``metax``) selects
+which GPU family the ``GPU`` resource means when detection cannot tell (tests,
+odd machines). Ray's ``RAY_EXPERIMENTAL_NOSET_*`` opt-outs and
 ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=0`` are honoured by ``worker_env``.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import importlib.util
 import os
 import re
 import sys
@@ -36,7 +38,10 @@ from raylite.core.resources import (
 
 
 GPU_VENDOR_ENV = "RAYLITE_GPU_VENDOR"
+INTEL_SELECTOR_VAR = "ONEAPI_DEVICE_SELECTOR"  # read for the ids when ZE_AFFINITY_MASK is unset
 INTEL_SELECTOR_PREFIX = "level_zero:"
+AMD_ROCR_VAR = "ROCR_VISIBLE_DEVICES"  # Ray refuses it alone: HIP ids count within ROCR's
+FURIOSA_PREFIX = "npu:"  # FURIOSA_DEVICES lists "npu:0,npu:3", the form furiosa-llm takes
 _TOOL_TIMEOUT_S = 5.0
 
 
@@ -48,22 +53,30 @@ class AcceleratorFamily:
     env_var: str
     vendor: str
     allow_fractions: bool
+    noset_var: str  # Ray's opt-out: when set, workers inherit env_var untouched
 
 
-def _family(resource: str, env_var: str, vendor: str) -> AcceleratorFamily:
-    return AcceleratorFamily(resource, env_var, vendor, resource in FRACTIONAL_RESOURCES)
+def _family(resource: str, env_var: str, vendor: str, noset: str = "") -> AcceleratorFamily:
+    """A family whose opt-out is RAY_EXPERIMENTAL_NOSET_<noset or env_var>, as Ray names it."""
+    return AcceleratorFamily(resource, env_var, vendor, resource in FRACTIONAL_RESOURCES,
+                             "RAY_EXPERIMENTAL_NOSET_" + (noset or env_var))
 
 
 GPU_FAMILIES: dict[str, AcceleratorFamily] = {
     "nvidia": _family("GPU", "CUDA_VISIBLE_DEVICES", "nvidia"),
-    "amd": _family("GPU", "ROCR_VISIBLE_DEVICES", "amd"),
-    "intel": _family("GPU", "ONEAPI_DEVICE_SELECTOR", "intel"),
+    "amd": _family("GPU", "HIP_VISIBLE_DEVICES", "amd"),
+    "intel": _family("GPU", "ZE_AFFINITY_MASK", "intel"),
+    "metax": _family("GPU", "CUDA_VISIBLE_DEVICES", "metax"),
 }
 OTHER_FAMILIES: dict[str, AcceleratorFamily] = {
     "neuron_cores": _family("neuron_cores", "NEURON_RT_VISIBLE_CORES", "aws"),
     "TPU": _family("TPU", "TPU_VISIBLE_CHIPS", "google"),
     "HPU": _family("HPU", "HABANA_VISIBLE_MODULES", "habana"),
     "NPU": _family("NPU", "ASCEND_RT_VISIBLE_DEVICES", "huawei"),
+    "RBLN": _family("RBLN", "RBLN_DEVICES", "rebellions", noset="RBLN_RT_VISIBLE_DEVICES"),
+    "FURIOSA": _family("FURIOSA", "FURIOSA_DEVICES", "furiosa"),
+    "MBLT": _family("MBLT", "QBRUNTIME_VISIBLE_DEVICES", "mobilint", noset="MBLT_RT_VISIBLE_DEVICES"),
+    "TTNPU": _family("TTNPU", "TT_VISIBLE_DEVICES", "tenstorrent", noset="TENSTORRENT_VISIBLE_DEVICES"),
 }
 
 
@@ -104,25 +117,47 @@ def family_for(
     return OTHER_FAMILIES.get(resource)
 
 
-def _parse_ids(family: AcceleratorFamily, raw: str) -> list[str] | None:
+def _parse_ids(family: AcceleratorFamily, raw: str) -> list[str]:
     text = raw.strip()
-    if family.vendor == "intel":
-        # Accept "level_zero:0,1" (possibly among ';'-separated selectors) and "0,1".
-        parts = [p.strip() for p in text.split(";") if p.strip()]
-        chosen = next((p for p in parts if p.startswith(INTEL_SELECTOR_PREFIX)), None)
-        if chosen is None:
-            chosen = next((p for p in parts if ":" not in p), "")
-        text = chosen.split(":", 1)[-1]
-        if text.strip() == "*":
-            return None
     if text in ("", "NoDevFiles"):
         return []
     ids = [t.strip() for t in text.split(",") if t.strip()]
+    if family.vendor == "furiosa":
+        # "npu:3" and "3" name device 3; a PE suffix ("npu:0:0-3") is dropped, as Ray does.
+        ids = [t.removeprefix(FURIOSA_PREFIX).split(":", 1)[0] for t in ids]
     if family.resource == "GPU" and family.vendor != "intel":
-        # CUDA/ROCm stop enumerating at the first invalid index, e.g. "-1".
+        # CUDA/HIP stop enumerating at the first invalid index, e.g. "-1".
         cut = next((i for i, t in enumerate(ids) if t.startswith("-")), len(ids))
         ids = ids[:cut]
     return ids
+
+
+def _parse_selector(raw: str) -> list[str] | None:
+    """Ids in "level_zero:0,1" (possibly among ';'-separated selectors) or "0,1"; None for "*"."""
+    parts = [p.strip() for p in raw.split(";") if p.strip()]
+    chosen = next((p for p in parts if p.startswith(INTEL_SELECTOR_PREFIX)), None)
+    if chosen is None:
+        chosen = next((p for p in parts if ":" not in p), "")
+    text = chosen.split(":", 1)[-1].strip()
+    if text == "*":
+        return None
+    return [] if text in ("", "NoDevFiles") else [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _restricting_var(family: AcceleratorFamily, environ: Mapping[str, str]) -> str | None:
+    """The variable that restricted this family's devices before init, if any.
+
+    Intel falls back to ONEAPI_DEVICE_SELECTOR as Ray does; AMD refuses
+    ROCR_VISIBLE_DEVICES without HIP_VISIBLE_DEVICES, as Ray does, because the
+    HIP ids handed out would silently count within ROCR's subset.
+    """
+    if family.env_var in environ:
+        return family.env_var
+    if family.vendor == "intel" and INTEL_SELECTOR_VAR in environ:
+        return INTEL_SELECTOR_VAR
+    if family.vendor == "amd" and AMD_ROCR_VAR in environ:
+        raise RuntimeError(f"Please use {family.env_var} instead of {AMD_ROCR_VAR}")
+    return None
 
 
 def visible_ids(
@@ -130,9 +165,12 @@ def visible_ids(
 ) -> list[str] | None:
     """Device ids the family variable allowed before init; None when it is unset."""
     family = family_for(resource, environ, root=root)
-    if family is None or family.env_var not in environ:
+    var = _restricting_var(family, environ) if family is not None else None
+    if var is None:
         return None
-    return _parse_ids(family, environ[family.env_var])
+    if var == INTEL_SELECTOR_VAR:
+        return _parse_selector(environ[var])
+    return _parse_ids(family, environ[var])
 
 
 def nvidia_type_from_name(name: str | bytes) -> str:
@@ -192,12 +230,23 @@ def _detect_nvidia(environ: Mapping[str, str]) -> tuple[int, str | None]:
             pass
 
 
-AMD_DEVICE_TYPES = {  # PCI device id -> Ray type name (raylite.util.accelerators)
+AMD_DEVICE_TYPES = {  # PCI device id -> the type name Ray 2.60 gives it
+    0x66A1: "AMD-Instinct-MI50",
     0x738C: "AMD-Instinct-MI100",
     0x7408: "AMD-Instinct-MI250X",
     0x740C: "AMD-Instinct-MI250X-MI250",
     0x740F: "AMD-Instinct-MI210",
+    0x74A0: "AMD-Instinct-MI300A",
     0x74A1: "AMD-Instinct-MI300X-OAM",
+    0x74A2: "AMD-Instinct-MI308X-OAM",
+    0x74A5: "AMD-Instinct-MI325X-OAM",
+    0x74A9: "AMD-Instinct-MI300X-HF",
+    0x75A0: "AMD-Instinct-MI350X-OAM",
+    0x75A3: "AMD-Instinct-MI355X-OAM",
+    0x6798: "AMD-Radeon-R9-200-HD-7900",
+    0x6799: "AMD-Radeon-HD-7900",
+    0x679A: "AMD-Radeon-HD-7900",
+    0x679B: "AMD-Radeon-HD-7900",
 }
 
 
@@ -234,8 +283,6 @@ def _detect_amd(root: str) -> tuple[int, str | None]:
 def _detect_intel() -> tuple[int, str | None]:
     """Intel GPUs through dpctl when installed (as Ray does); else none."""
     try:
-        import importlib.util
-
         if importlib.util.find_spec("dpctl") is None:
             return 0, None
         import dpctl  # type: ignore[import-not-found]
@@ -243,6 +290,26 @@ def _detect_intel() -> tuple[int, str | None]:
         count = int(dpctl.SyclContext("level_zero:gpu").device_count)
         name = dpctl.SyclDevice("level_zero:gpu:0").name if count else ""
         return count, ("Intel-GPU-" + "-".join(name.split()[-2:])) if name else None
+    except Exception:
+        return 0, None
+
+
+def _detect_metax() -> tuple[int, str | None]:
+    """MetaX GPUs through pymxsml when installed (as Ray does); the type is the device name."""
+    try:
+        if importlib.util.find_spec("pymxsml") is None:
+            return 0, None
+        import pymxsml.mxsml_extension as mxsml  # type: ignore[import-not-found]
+
+        mxsml.mxSmlExInit()
+        try:
+            count = int(mxsml.mxSmlExDeviceGetCount())
+            name = mxsml.mxSmlExDeviceGetName(mxsml.mxSmlExDeviceGetHandleByIndex(0)) if count else None
+        finally:
+            mxsml.mxSmlExShutdown()
+        if isinstance(name, bytes):
+            name = name.decode("utf-8", "replace")
+        return count, name or None
     except Exception:
         return 0, None
 
@@ -295,6 +362,16 @@ def _tpu_type(environ: Mapping[str, str]) -> str | None:
     return "TPU-" + pod.split("-")[0].upper() if re.fullmatch(r"v\d+[a-zA-Z]*-\d+", pod) else None
 
 
+def _count(root: str, pattern: str) -> int:
+    return len(glob.glob(_path(root, pattern)))
+
+
+def _mblt(root: str) -> tuple[int, str | None]:
+    """Mobilint cards: one /dev/aries<N> or /dev/regulus-npu<N> node each (not /dev/regulus-usb)."""
+    aries, regulus = _count(root, "dev/aries[0-9]*"), _count(root, "dev/regulus-npu*")
+    return aries + regulus, "MOBILINT_ARIES" if aries else "MOBILINT_REGULUS" if regulus else None
+
+
 def _hpu_modules(root: str) -> int:
     legacy = glob.glob(_path(root, "dev/hl[0-9]*"))
     if legacy:
@@ -304,34 +381,46 @@ def _hpu_modules(root: str) -> int:
 
 
 def detect(
-    environ: Mapping[str, str] = os.environ, *, root: str = "/"
+    environ: Mapping[str, str] = os.environ,
+    *,
+    root: str = "/",
+    resources: Iterable[str] = ACCELERATOR_RESOURCES,
 ) -> dict[str, tuple[int, str | None]]:
     """What accelerators this machine has: {resource: (count, type or None)}.
 
-    Only resources with a count > 0 appear. A visible-devices variable set
-    before init caps the count, because devices hidden from us are not ours.
+    Only ``resources`` are probed (init leaves out those it was given 0 of, as
+    Ray does), and only those with a count > 0 appear. A visible-devices
+    variable set before init caps the count: devices hidden from us are not ours.
     """
-    gpu_probe = {
+    wanted = tuple(resources)
+    gpu_probes: dict[str, Callable[[], tuple[int, str | None]]] = {
         "nvidia": lambda: _detect_nvidia(environ),
         "amd": lambda: _detect_amd(root),
         "intel": _detect_intel,
-    }[gpu_vendor(environ, root=root)]
+        "metax": _detect_metax,
+    }
     probes: dict[str, Callable[[], tuple[int, str | None]]] = {
-        "GPU": gpu_probe,
         "neuron_cores": lambda: (_neuron_cores(root), "aws-neuron-core"),
         "TPU": lambda: (_tpu_chips(root), _tpu_type(environ)),
         "HPU": lambda: (_hpu_modules(root), "Intel-GAUDI"),
-        "NPU": lambda: (len(glob.glob(_path(root, "dev/davinci[0-9]*"))), None),
+        "NPU": lambda: (_count(root, "dev/davinci[0-9]*"), None),
+        "RBLN": lambda: (_count(root, "dev/rbln[0-9]*"), None),
+        "FURIOSA": lambda: (_count(root, "sys/class/rngd_mgmt/rngd!npu[0-9]*mgmt"), None),
+        "MBLT": lambda: _mblt(root),
+        "TTNPU": lambda: (_count(root, "dev/tenstorrent/*"), None),
     }
+    if "GPU" in wanted:   # an invalid RAYLITE_GPU_VENDOR is an error, not "no GPU"
+        probes["GPU"] = gpu_probes[gpu_vendor(environ, root=root)]
     found: dict[str, tuple[int, str | None]] = {}
-    for res, probe in probes.items():
+    for res in wanted:
+        probe = probes[res]
         try:
             found[res] = probe()
         except Exception:  # best effort: a broken probe means "not present"
             pass
     result = {}
     for res, (count, accel_type) in found.items():
-        visible = visible_ids(res, environ, root=root)
+        visible = visible_ids(res, environ, root=root) if count > 0 else None
         if visible is not None:
             count = min(count, len(visible))
         if count > 0:
@@ -368,8 +457,8 @@ def node_devices(
     for res, value in (resources or {}).items():
         if res in ACCELERATOR_RESOURCES:
             explicit[res] = _whole(value, f"resources[{res!r}]")
-    needs_detection = any(explicit.get(res) != 0 for res in ACCELERATOR_RESOURCES)
-    detected = detect(environ, root=root) if needs_detection else {}
+    wanted = [res for res in ACCELERATOR_RESOURCES if explicit.get(res) != 0]
+    detected = detect(environ, root=root, resources=wanted) if wanted else {}
     totals: dict[str, int] = {}
     ids: dict[str, list[str]] = {}
     first_type: str | None = None
@@ -381,10 +470,8 @@ def node_devices(
         visible = visible_ids(res, environ, root=root)
         if visible is not None and len(visible) < count:
             family = family_for(res, environ, root=root)
-            raise ValueError(
-                f"{res}={count} requested but {family.env_var if family else res} "
-                f"makes only {visible} visible"
-            )
+            var = _restricting_var(family, environ) if family else None
+            raise ValueError(f"{res}={count} requested but {var or res} makes only {visible} visible")
         totals[res] = count * SCALE
         ids[res] = visible[:count] if visible is not None else [str(i) for i in range(count)]
         if accel_type and res in detected:
@@ -405,11 +492,11 @@ def worker_env(
     Like Ray, every accelerator resource gets its variable, set to "" when the
     task holds none of it, so a CPU task cannot grab a GPU by accident; pass
     ``resources`` to limit this to what the node has. A variable is left alone
-    (inherited) when RAY_EXPERIMENTAL_NOSET_<VAR> is set, or when the task has
-    no ids and RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO is false.
-    Intel uses the selector form ("level_zero:0,1"; "level_zero:" for none, as
-    Ray does). TPU slices of 1 or 2 chips also get the bounds variables that
-    JAX/libtpu need to address a sub-host.
+    (inherited) when the family's RAY_EXPERIMENTAL_NOSET_* is set, or when the
+    task has no ids and RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO is false.
+    Furiosa ids take the "npu:" form its tools read. TPU slices of 1 or 2
+    chips also get the bounds variables that JAX/libtpu need to address a
+    sub-host.
     """
     override_on_zero = environ.get("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "1").lower() not in (
         "0", "false", "no", "off",
@@ -417,13 +504,14 @@ def worker_env(
     env: dict[str, str] = {}
     for res in resources:
         family = family_for(res, environ, root=root)
-        if family is None or environ.get(f"RAY_EXPERIMENTAL_NOSET_{family.env_var}"):
+        if family is None or environ.get(family.noset_var):
             continue
         ids = [str(i) for i in device_ids.get(res, [])]
         if not ids and not override_on_zero:
             continue
-        value = ",".join(ids)
-        env[family.env_var] = INTEL_SELECTOR_PREFIX + value if family.vendor == "intel" else value
+        if family.vendor == "furiosa":
+            ids = [FURIOSA_PREFIX + i for i in ids]
+        env[family.env_var] = ",".join(ids)
         if res == "TPU" and len(ids) in (1, 2):
             env["TPU_CHIPS_PER_HOST_BOUNDS"] = "1,1,1" if len(ids) == 1 else "1,2,1"
             env["TPU_HOST_BOUNDS"] = "1,1,1"

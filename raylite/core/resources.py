@@ -18,7 +18,8 @@ from collections.abc import Mapping
 SCALE = 10_000
 """Units per whole resource (fixed point: 1 unit = 0.0001)."""
 
-ACCELERATOR_RESOURCES: tuple[str, ...] = ("GPU", "neuron_cores", "TPU", "HPU", "NPU")
+ACCELERATOR_RESOURCES: tuple[str, ...] = (
+    "GPU", "neuron_cores", "TPU", "HPU", "NPU", "RBLN", "FURIOSA", "MBLT", "TTNPU")
 """Resources accounted per device slot; each device holds exactly SCALE units."""
 
 FRACTIONAL_RESOURCES: frozenset[str] = frozenset({"GPU", "NPU"})
