@@ -118,6 +118,54 @@ def test_async_actor_max_concurrency_caps_calls_in_flight(ray_start):
     assert ray.get(capped.peak_seen.remote()) == 2
 
 
+def test_async_actor_batches_as_rays_docs_show(ray_start):
+    """Ray's "Setting concurrency in Async Actors" example: with max_concurrency=2, the call
+    that fills the batch wakes the waiting one, and the next call starts only after both went."""
+    @ray.remote
+    class Batcher:
+        def __init__(self, batch_size):
+            self.event, self.current, self.batch_size, self.log = asyncio.Event(), 0, batch_size, []
+
+        async def run_task(self):
+            self.log.append("started")
+            self.current += 1
+            if self.current == self.batch_size:
+                self.event.set()
+            else:
+                await self.event.wait()
+                self.event.clear()
+                self.current = 0
+            self.log.append("finished")
+
+        def events(self):
+            return self.log
+
+    batcher = Batcher.options(max_concurrency=2).remote(2)
+    ray.get([batcher.run_task.remote() for _ in range(8)], timeout=20)
+    assert ray.get(batcher.events.remote()) == ["started", "started", "finished", "finished"] * 4
+
+
+def test_a_cancelled_async_call_still_waiting_for_a_slot_ends_at_once(ray_start):
+    @ray.remote(max_concurrency=1)
+    class Gate:
+        def __init__(self):
+            self.opened = asyncio.Event()
+
+        async def wait_open(self):
+            await self.opened.wait()
+            return "opened"
+
+        async def later(self):
+            return "later ran"
+
+    gate = Gate.remote()
+    first, queued = gate.wait_open.remote(), gate.later.remote()
+    ray.cancel(queued)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(queued, timeout=20)   # without waiting for the slot `first` holds
+    ray.cancel(first)
+
+
 def test_errors_in_concurrent_calls_keep_their_type(ray_start):
     @ray.remote(max_concurrency=2)
     class Faulty:

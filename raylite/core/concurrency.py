@@ -60,12 +60,18 @@ class ThreadRunner:
 
 
 class AsyncRunner:
+    """An async actor's calls on its event loop. As in Ray, a call is handed to the loop only once
+    its group has a free slot (a semaphore inside the loop instead lets a newly admitted call run
+    ahead of one already woken, which deadlocks Ray's own batching example)."""
+
     def __init__(self, executor, limits: dict):
         import asyncio
+        from collections import deque
         self.asyncio = asyncio
         self.executor = executor
         self.limits = limits
-        self.slots = None   # a semaphore per concurrency group, made on the loop they belong to
+        self.running = dict.fromkeys(limits, 0)                  # per group (loop thread only)
+        self.waiting = {name: deque() for name in limits}        # calls without a slot yet (loop thread)
         self.tasks: dict[int, object] = {}   # task id -> its asyncio task (loop thread only)
         self.doomed: set[int] = set()        # cancelled before their first step (loop thread only)
         self.pending = 0
@@ -83,7 +89,18 @@ class AsyncRunner:
             return
         with self.idle:
             self.pending += 1
-        self.asyncio.run_coroutine_threadsafe(self._run(spec, group, deps, assigned, accel), self.loop)
+        self.loop.call_soon_threadsafe(self._admit, (spec, group, deps, assigned, accel))
+
+    def _admit(self, call: tuple) -> None:
+        group = call[1]
+        if self.running[group] < self.limits[group]:
+            self._start(call)
+        else:
+            self.waiting[group].append(call)
+
+    def _start(self, call: tuple) -> None:
+        self.running[call[1]] += 1
+        self.loop.create_task(self._run(*call))
 
     def cancel(self, task_id: int) -> None:
         """ray.cancel of a running (or waiting) call: CancelledError inside its coroutine, as in Ray."""
@@ -92,29 +109,30 @@ class AsyncRunner:
     def _cancel(self, task_id: int) -> None:
         task = self.tasks.get(task_id)
         if task is not None:
-            task.cancel()
-        else:   # its coroutine has not taken its first step yet
-            self.doomed.add(task_id)
+            return task.cancel()
+        self.doomed.add(task_id)   # its coroutine has not taken its first step yet
+        for queue in self.waiting.values():
+            call = next((c for c in queue if c[0].task_id == task_id), None)
+            if call is not None:   # waiting for a slot: report the cancel now
+                queue.remove(call)
+                return self._start(call)
 
     async def _run(self, spec, group: str | None, deps: dict, assigned: dict, accel: dict) -> None:
-        if self.slots is None:
-            self.slots = {name: self.asyncio.Semaphore(n) for name, n in self.limits.items()}
         ex = self.executor
         self.tasks[spec.task_id] = self.asyncio.current_task()
         try:
             try:
                 if spec.task_id in self.doomed:
                     raise self.asyncio.CancelledError
-                async with self.slots[group]:
-                    ex.begin(spec, assigned, accel)
-                    args, kwargs = ex.arguments(spec, deps)
-                    value = ex.invoke(spec, args, kwargs)
-                    if inspect.isawaitable(value):
-                        value = await value
-                    if spec.stream:
-                        value = (await ex.stream_async(spec, value) if hasattr(value, "__aiter__")
-                                 else ex.stream(spec, value))
-                    results = ex.pack(spec, value)
+                ex.begin(spec, assigned, accel)
+                args, kwargs = ex.arguments(spec, deps)
+                value = ex.invoke(spec, args, kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+                if spec.stream:
+                    value = (await ex.stream_async(spec, value) if hasattr(value, "__aiter__")
+                             else ex.stream(spec, value))
+                results = ex.pack(spec, value)
             except self.asyncio.CancelledError:   # raised in user code: a RayTaskError too, as in Ray
                 results = ex.failure(spec, ex.cancel_error(spec))
             except BaseException as e:  # noqa: BLE001 - every failure goes back to the caller
@@ -125,6 +143,9 @@ class AsyncRunner:
         finally:   # only once its "done" is sent may drain() let the worker exit
             self.tasks.pop(spec.task_id, None)
             self.doomed.discard(spec.task_id)
+            self.running[group] -= 1
+            if self.waiting[group]:   # its first step runs after the coroutines already woken
+                self._start(self.waiting[group].popleft())
             with self.idle:
                 self.pending -= 1
                 self.idle.notify_all()
