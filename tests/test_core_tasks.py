@@ -277,6 +277,10 @@ def test_wait_default_num_returns_is_one(ray_start):
     ready, not_ready = ray.wait(refs)
     assert len(ready) == 1 and len(not_ready) == 3
     assert ready + not_ready == refs  # both parts keep submission order
+    assert ray.wait([]) == ([], [])     # as in Ray, whatever num_returns says
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match=f"num_returns must be between 1 and the number of refs \\(4\\), got {bad}"):
+            ray.wait(refs, num_returns=bad)
 
 
 def test_wait_ready_order_is_submission_order_not_completion_order(ray_start):

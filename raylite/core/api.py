@@ -278,14 +278,14 @@ def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fet
         raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef")
     refs = list(object_refs)
     _check_refs([r for r in refs if not isinstance(r, ObjectRefGenerator)], "wait()")
-    if len(set(refs)) != len(refs):
-        raise ValueError("wait() got duplicate ObjectRefs")
-    if not isinstance(num_returns, int) or not 0 <= num_returns <= len(refs):
-        raise ValueError(f"num_returns must be between 0 and the number of refs ({len(refs)}), got {num_returns!r}")
     if timeout is not None and timeout < 0:
         raise ValueError(f"timeout must be non-negative, got {timeout!r}")
-    if not refs:
+    if not refs:   # before the num_returns check, as in Ray
         return [], []
+    if len(set(refs)) != len(refs):
+        raise ValueError("wait() got duplicate ObjectRefs")
+    if not isinstance(num_returns, int) or not 1 <= num_returns <= len(refs):
+        raise ValueError(f"num_returns must be between 1 and the number of refs ({len(refs)}), got {num_returns!r}")
     client = _require_client()
     if client is None:
         return process.ray.wait(refs, num_returns, timeout, fetch_local)
