@@ -45,6 +45,33 @@ def test_actor_keeps_state_and_runs_methods_in_submission_order(ray_start):
     assert ray.get(c.get.remote()) == 50
 
 
+def test_a_call_waiting_for_its_argument_holds_later_ones_unless_out_of_order_is_allowed(ray_start):
+    """Ray's "Actor Task Execution Order" page: submission order on a one-at-a-time actor, and
+    `allow_out_of_order_execution=True` lets a call whose arguments are ready go first."""
+    @ray.remote
+    def late(value):
+        time.sleep(0.5)
+        return value
+
+    @ray.remote
+    class Adder:
+        def __init__(self):
+            self.value = 0
+
+        def add(self, addition):
+            self.value += addition
+            return self.value
+
+    ordered = Adder.remote()
+    first, second = ordered.add.remote(late.remote(1)), ordered.add.remote(2)
+    assert ray.get([first, second]) == [1, 3]
+    loose = Adder.options(allow_out_of_order_execution=True).remote()
+    first, second = loose.add.remote(late.remote(1)), loose.add.remote(2)
+    assert ray.get([first, second]) == [3, 2]
+    with pytest.raises(ValueError, match="cannot run its calls in submission order"):
+        Adder.options(max_concurrency=2, allow_out_of_order_execution=False).remote()
+
+
 def test_calls_sent_before_a_failed_constructor_say_why(ray_start):
     @ray.remote
     class Broken:

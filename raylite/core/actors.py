@@ -16,9 +16,10 @@ class ActorLifecycle:
 
     def _pump_actor(self, actor: Actor) -> None:
         w = actor.worker
-        # threaded and async actors promise no order (as in Ray): a call still waiting for its
-        # arguments lets later calls go ahead; a one-at-a-time actor keeps submission order
-        overtake = actor.spec.max_concurrency > 1 or bool(actor.spec.concurrency_groups)
+        # threaded and async actors promise no order (as in Ray), nor one created with
+        # allow_out_of_order_execution=True: a call still waiting for its arguments lets later
+        # calls go ahead; a one-at-a-time actor keeps submission order
+        overtake = actor.spec.out_of_order
         held = []
         while actor.queue and w is not None and actor.state == "ALIVE":
             spec = actor.queue[0]

@@ -27,7 +27,8 @@ class TaskSpec:
     __slots__ = ("kind", "task_id", "name", "args", "deps", "return_ids", "fn_id", "fn_bytes", "request",
                  "max_calls", "max_retries", "actor_id", "method", "actor_name", "max_restarts",
                  "schedule_request", "class_meta", "max_concurrency", "runtime_env", "placement", "stream",
-                 "retry_exceptions", "concurrency_groups", "concurrency_group", "detached", "unschedulable")
+                 "retry_exceptions", "concurrency_groups", "concurrency_group", "detached", "unschedulable",
+                 "out_of_order")
 
     def __init__(self, kind: str, task_id: int, name: str, args, deps: tuple = (), return_ids: tuple = (),
                  fn_id: str = "", fn_bytes: bytes | None = None, request: dict | None = None,
@@ -36,7 +37,8 @@ class TaskSpec:
                  class_meta: tuple | None = None, max_concurrency: int = 0, runtime_env: tuple | None = None,
                  placement: tuple | None = None, stream: str | None = None,
                  retry_exceptions: bool | tuple = False, concurrency_groups: dict | None = None,
-                 concurrency_group: str | None = None, detached: bool = False, unschedulable: str | None = None):
+                 concurrency_group: str | None = None, detached: bool = False, unschedulable: str | None = None,
+                 out_of_order: bool = False):
         self.kind = kind                    # "task" | "actor_create" | "actor_call"
         self.task_id = task_id
         self.name = name                    # function, class or Class.method (for logs and errors)
@@ -63,6 +65,8 @@ class TaskSpec:
         self.concurrency_group = concurrency_group     # actor calls: the group named by .options()
         self.detached = detached                  # actors: lifetime="detached", kept without handles
         self.unschedulable = unschedulable        # why no node could ever run it (its label selector)
+        self.out_of_order = out_of_order          # actors: a call still waiting for its arguments lets
+                                                  # later ones go first (allow_out_of_order_execution)
 
     def __reduce__(self):   # a flat tuple pickles several times faster than slot state
         return (_spec_from_tuple, (_spec_fields(self),))

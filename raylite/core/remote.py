@@ -19,7 +19,7 @@ TASK_OPTIONS = _RESOURCE_KEYS | _SCHEDULING_KEYS | _IGNORED_KEYS | {
     "runtime_env", "max_calls", "max_retries", "retry_exceptions", "num_returns", "name"}
 ACTOR_OPTIONS = _RESOURCE_KEYS | _SCHEDULING_KEYS | _IGNORED_KEYS | {
     "runtime_env", "max_restarts", "max_task_retries", "max_concurrency", "name", "namespace", "lifetime",
-    "get_if_exists", "max_pending_calls", "concurrency_groups"}
+    "get_if_exists", "max_pending_calls", "concurrency_groups", "allow_out_of_order_execution"}
 
 
 def _check_int(options: dict, key: str, minimum: int) -> None:
@@ -336,6 +336,21 @@ def method(*, num_returns: int | str | None = None, concurrency_group: str | Non
     return decorate
 
 
+def _out_of_order(options: dict, is_async: bool, concurrency: int) -> bool:
+    """allow_out_of_order_execution: Ray's default (True for async and threaded actors, which
+    cannot keep submission order) and its checks."""
+    allow = options.get("allow_out_of_order_execution")
+    concurrent = is_async or concurrency > 1 or bool(options.get("concurrency_groups"))
+    if allow is None:
+        return concurrent
+    if not isinstance(allow, bool):
+        raise TypeError(f"allow_out_of_order_execution must be a bool, got {allow!r}")
+    if concurrent and not allow:
+        raise ValueError("allow_out_of_order_execution=False: an async or multi-threaded actor (max_concurrency > 1 "
+                         "or concurrency groups) cannot run its calls in submission order")
+    return allow
+
+
 def _call_options(cls) -> dict[str, dict]:
     """Per-method call options from @ray.method (retries), which every handle applies."""
     return {name: attr.__ray_call_options__ for name in dir(cls)
@@ -397,13 +412,15 @@ class ActorClass:
             self._bytes = _pickled(self._cls, f"actor class {self._name}")
         args_ser, deps = _pack_args(self._name, args, kwargs, client.shm_prefix)
         restarts = options.get("max_restarts") or 0
+        concurrency = options.get("max_concurrency") or self._async_default
         meta = (*self._meta, options.get("max_pending_calls") or -1, self._call_options)
         spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
                         max_retries=options.get("max_task_retries") or 0, actor_id=0,
                         actor_name=None if name is None else (options.get("namespace"), name),
                         max_restarts=restarts, schedule_request=schedule,
-                        class_meta=meta, max_concurrency=options.get("max_concurrency") or self._async_default,
+                        class_meta=meta, max_concurrency=concurrency,
                         concurrency_groups=options.get("concurrency_groups") or None,
+                        out_of_order=_out_of_order(options, bool(self._async_default), concurrency),
                         runtime_env=_env(options, self._name, holder or self),
                         placement=_placement(options), detached=options.get("lifetime") == "detached",
                         unschedulable=_unschedulable(options, self._name))
