@@ -32,6 +32,18 @@ def test_init_shutdown_is_initialized(ray_init):
     assert not ray.is_initialized()
 
 
+def test_the_context_init_returns(ray_init):
+    """As Ray's: dict-like, a context manager, and disconnect() ends the job (Ray's namespaces docs)."""
+    context = ray_init(num_cpus=1)
+    assert context.dashboard_url is None and context["node_id"] == ray.get_runtime_context().get_node_id()
+    assert context.python_version == "{}.{}.{}".format(*sys.version_info[:3])
+    context.disconnect()
+    assert not ray.is_initialized()
+    with ray_init(num_cpus=1):
+        assert ray.is_initialized()
+    assert not ray.is_initialized()
+
+
 def test_init_twice_raises_runtime_error(ray_init):
     ray_init(num_cpus=1)
     with pytest.raises(RuntimeError):

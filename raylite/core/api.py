@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 
 from raylite import exceptions
@@ -18,7 +19,7 @@ NODE_IP = "127.0.0.1"
 
 
 class RayContext(dict):
-    """What `init` returns; Ray's context is dict-like too."""
+    """What `init` returns; Ray's context is dict-like too, with a few attributes."""
 
     def __enter__(self):
         return self
@@ -26,9 +27,21 @@ class RayContext(dict):
     def __exit__(self, *exc):
         shutdown()
 
+    def disconnect(self) -> None:
+        """Ray's way out of a job (its namespaces docs use it): here, shutdown()."""
+        shutdown()
+
     @property
     def address_info(self) -> dict:
         return dict(self)
+
+    @property
+    def dashboard_url(self) -> str | None:
+        return self.get("dashboard_url")   # None: no dashboard runs
+
+    @property
+    def python_version(self) -> str:
+        return "{}.{}.{}".format(*sys.version_info[:3])
 
 
 def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus: float | None = None,
