@@ -559,6 +559,47 @@ def test_ray_terminate_ends_the_actor_after_the_calls_before_it(ray_start, wait_
     wait_pids_gone([pid])
 
 
+def test_a_graceful_end_runs_ray_shutdown_and_atexit_but_kill_does_not(ray_start, tmp_path, wait_pids_gone):
+    """Ray's "Actor cleanup with __ray_shutdown__": on handles dropped, __ray_terminate__ and
+    exit_actor; ray.kill skips it (and the atexit handlers the actor registered)."""
+    @ray.remote
+    class Cleaner:
+        def __init__(self, path):
+            import atexit
+            self.path = path
+            atexit.register(lambda: open(path + ".atexit", "w").close())
+
+        def __ray_shutdown__(self):
+            open(self.path, "w").close()
+
+        def pid(self):
+            return os.getpid()
+
+        def leave(self):
+            ray.actor.exit_actor()
+
+    def ended(how):
+        path = str(tmp_path / how)
+        actor = Cleaner.remote(path)
+        pid = ray.get(actor.pid.remote())
+        if how == "dropped":
+            del actor
+        elif how == "terminated":
+            actor.__ray_terminate__.remote()
+        elif how == "exited":
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(actor.leave.remote(), timeout=20)
+        else:
+            ray.kill(actor)
+        wait_pids_gone([pid])
+        return os.path.exists(path), os.path.exists(path + ".atexit")
+
+    assert ended("dropped") == (True, True)
+    assert ended("terminated") == (True, True)
+    assert ended("exited") == (True, True)
+    assert ended("killed") == (False, False)
+
+
 def test_max_task_retries_runs_a_call_again_on_the_restarted_actor(ray_start, tmp_path):
     class Fragile:
         def crash_once(self, marker):

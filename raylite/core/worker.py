@@ -3,6 +3,7 @@ uses for nested `.remote()`, `get`, `wait` and `put` calls (all through the driv
 from __future__ import annotations
 
 import _signal
+import atexit
 import itertools
 import os
 import socket
@@ -220,6 +221,21 @@ class _Executor:
         if self.calls is not None:
             self.calls.drain()
 
+    def end_gracefully(self) -> None:
+        """An actor ending without being killed (its handles gone, __ray_terminate__, exit_actor)
+        runs its ``__ray_shutdown__`` and then its atexit handlers, as in Ray; their errors are
+        printed, not raised."""
+        actor, self.actor = self.actor, None   # once
+        if actor is None:
+            return
+        hook = getattr(actor, "__ray_shutdown__", None)
+        try:
+            if hook is not None:
+                hook()
+        except Exception:  # noqa: BLE001 - cleanup failing must not keep the actor alive
+            traceback.print_exc()
+        atexit._run_exitfuncs()
+
     def begin(self, spec: TaskSpec, assigned: dict, accel: dict) -> None:
         """Make the call's identity and resources what get_runtime_context() reports."""
         context.set_current(task_id=spec.task_id, actor_id=spec.actor_id or None, name=spec.name,
@@ -295,6 +311,8 @@ class _Executor:
 
     def _exit(self, code: int, why: str | None) -> None:
         """End this worker now (from any thread); `why`: the actor ends for good, for this reason."""
+        if code == 0 and why is not None:   # exit_actor() or __ray_terminate__: a graceful end
+            self.end_gracefully()
         if why is not None:
             self.client.send(("exit_actor", why))
         sys.stdout.flush()
@@ -563,6 +581,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     if config["logging"] is not None:
         from raylite.core.logging_config import LoggingConfig
         LoggingConfig(**config["logging"])._apply()
+    atexit._clear()   # the zygote's handlers: only what this worker registers runs at a graceful end
     executor = _Executor(client)
     executor.log_files = log_files
 
@@ -588,6 +607,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
             break
         if msg[0] == "exit":
             executor.drain()
+            executor.end_gracefully()
             _report_metrics(client)
             break
         kind = msg[0]
