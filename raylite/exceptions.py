@@ -45,7 +45,8 @@ class RayTaskError(RayError):
     def as_instanceof_cause(self) -> RayTaskError:
         """An exception that is both a RayTaskError and an instance of the cause's class."""
         cause_cls = type(self.cause) if self.cause is not None else None
-        if cause_cls is None or issubclass(cause_cls, RayTaskError) or not _subclassable(cause_cls):
+        if (cause_cls is None or issubclass(cause_cls, RayTaskError) or issubclass(RayTaskError, cause_cls)
+                or not _subclassable(cause_cls)):   # (a RayError cause: this is one already)
             return self
         derived = _derived_class(cause_cls)
         err = derived.__new__(derived)
@@ -225,7 +226,16 @@ class RayDirectTransportError(RaySystemError):
 
 
 class UnserializableException(RayError):
-    """A remote exception could not be unpickled; the message holds its text and traceback."""
+    """A remote exception could not be rebuilt where it is raised; it carries the original's text
+    and traceback (as Ray's)."""
+
+    def __init__(self, original_stack_trace: str):
+        super().__init__(original_stack_trace)
+        self._original_stack_trace = original_stack_trace
+
+    def __str__(self) -> str:
+        return ("Failed to deserialize exception. Refer to Ray's docs on custom serializers for exceptions.\n"
+                f"Original exception:\n{self._original_stack_trace}")
 
 
 class ActorAlreadyExistsError(ValueError, RayError):

@@ -59,6 +59,7 @@ def test_task_exception_reraises_as_original_type_with_remote_traceback(ray_star
     assert "my_failing_task" in text
     assert "Traceback" in text
     assert os.path.basename(__file__) in text  # the remote frame, not only the driver's
+    assert "worker.py" not in text             # the runtime's frames that called it say nothing
 
     # A plain `except ValueError` catches it too, and getting again re-raises.
     try:
@@ -120,6 +121,27 @@ def test_an_exception_that_cannot_be_rebuilt_still_reports_itself(ray_start):
     text = str(excinfo.value)
     assert text.rstrip().endswith("Odd: 1 and 2") and "raise Odd(1, 2)" in text
     assert "missing 1 required positional argument" not in text
+    assert isinstance(excinfo.value, exc.UnserializableException)   # its cause, as in Ray
+    assert str(excinfo.value.cause).startswith("Failed to deserialize exception")
+    assert "Odd: 1 and 2" in str(excinfo.value.cause)
+
+
+def test_an_exception_that_cannot_be_pickled_becomes_a_ray_error_saying_so(ray_start, capfd):
+    class Locked(Exception):
+        def __init__(self, message):
+            super().__init__(message)
+            self.lock = threading.Lock()
+
+    @ray.remote
+    def locked():
+        raise Locked("held")
+
+    with pytest.raises(exc.RayTaskError) as excinfo:
+        ray.get(locked.remote(), timeout=30)
+    cause = excinfo.value.cause
+    assert type(cause) is exc.RayError and type(excinfo.value) is exc.RayTaskError   # as Ray gives it
+    assert "Locked isn't serializable: cannot pickle '_thread.lock' object" in str(cause)
+    assert 'raise Locked("held")' in str(cause) and "Locked: held" in str(excinfo.value)
 
 
 def test_exception_in_nested_task_propagates(ray_start):
@@ -149,9 +171,11 @@ def test_failed_dependency_fails_downstream_task(ray_start, tmp_path):
         open(marker, "w").close()
         return x
 
-    with pytest.raises(ValueError, match="upstream broke"):
+    with pytest.raises(ValueError, match="upstream broke") as excinfo:
         ray.get(downstream.remote(upstream.remote(), str(ran)))
     assert not ran.exists(), "downstream ran although its argument failed"
+    assert "downstream() (pid=" in str(excinfo.value)   # Ray's words for why it failed
+    assert "At least one of the input arguments for this task could not be computed" in str(excinfo.value)
 
 
 # --------------------------------------------------------------------------

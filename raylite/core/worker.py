@@ -491,18 +491,42 @@ def _raisable(err: BaseException) -> BaseException:
     return err.as_instanceof_cause() if isinstance(err, exceptions.RayTaskError) else err
 
 
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_traceback(e: BaseException) -> str:
+    """The exception's traceback from the user's code on: the runtime's own frames that called it
+    (execute, _call, invoke, ...) say nothing to the reader, and Ray shows none either."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_RUNTIME_DIR):
+        if tb.tb_next is None:   # raised by the runtime itself: a failed argument, as Ray words it
+            if isinstance(e, exceptions.RayTaskError):
+                return ("At least one of the input arguments for this task could not be computed:\n"
+                        + "".join(traceback.format_exception_only(type(e), e)))
+            break
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
 def _error(name: str, e: BaseException):
     if isinstance(e, exceptions.RayTaskError) and type(e) is not exceptions.RayTaskError:
         cause = e.cause  # a nested task's error: keep the original cause, add this frame's trace
     else:
         cause = e
-    text = traceback.format_exc()
+    text = _user_traceback(e)
     try:
         ser = serialization.dumps(exceptions.RayTaskError(name, text, cause, os.getpid()), None, is_error=True)
+    except Exception as why:  # as Ray: the cause becomes a RayError that says so, with the text
+        kind = f"{type(cause).__module__}.{type(cause).__name__}"
+        print(f"The original cause of the RayTaskError ({kind}) isn't serializable.", file=sys.stderr)
+        cause = exceptions.RayError(f"Exception {kind} isn't serializable: {why}.\nOriginal exception details:\n{text}")
+        return serialization.dumps(exceptions.RayTaskError(name, text, cause, os.getpid()), None, is_error=True)
+    try:
         serialization.loads(ser)   # one whose __init__ takes other arguments than its args cannot be rebuilt
         return ser
-    except Exception:  # keep its text and traceback (their last line names its type and message)
-        return serialization.dumps(exceptions.RayTaskError(name, text, None, os.getpid()), None, is_error=True)
+    except Exception:  # Ray's UnserializableException, with its text and traceback
+        cause = exceptions.UnserializableException(text)
+        return serialization.dumps(exceptions.RayTaskError(name, text, cause, os.getpid()), None, is_error=True)
 
 
 def _log_to_files(log_dir: str) -> bool:
