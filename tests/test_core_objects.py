@@ -311,6 +311,9 @@ def test_object_ref_from_its_bytes_and_as_future(ray_start):
     assert ray.wait([same], timeout=5) == ([same], []) and ray.get(same) == 42
     with pytest.raises(TypeError, match="ObjectRef takes the id's bytes"):
         ray.ObjectRef("not bytes")
+    assert ray.ObjectRef.from_hex(ref.hex()) == ref and not ref.is_nil() and ray.ObjectRef.nil().is_nil()
+    from raylite._raylet import ObjectRef, ObjectRefGenerator   # where Ray's docs import them from
+    assert ObjectRef is ray.ObjectRef and ObjectRefGenerator is ray.ObjectRefGenerator
 
     async def main():
         return await ref.as_future()

@@ -97,6 +97,18 @@ class ObjectRef(metaclass=BackendType):
     def hex(self) -> str:
         return f"{self.id:028x}"
 
+    @classmethod
+    def from_hex(cls, hex_id: str) -> ObjectRef:
+        return cls(bytes.fromhex(hex_id))
+
+    @classmethod
+    def nil(cls) -> ObjectRef:
+        """The id no object has (Ray's all-zero id)."""
+        return cls(0)
+
+    def is_nil(self) -> bool:
+        return self.id == 0
+
     def binary(self) -> bytes:
         return self.id.to_bytes(14, "big")
 

@@ -1,0 +1,8 @@
+"""``ray._raylet``'s public classes, for code that imports them from there (Ray's streaming
+generator docs do: ``from ray._raylet import ObjectRefGenerator``)."""
+from raylite.core.objects import ObjectRef
+from raylite.core.streams import ObjectRefGenerator
+
+StreamingObjectRefGenerator = ObjectRefGenerator   # its former name in Ray
+
+__all__ = ["ObjectRef", "ObjectRefGenerator", "StreamingObjectRefGenerator"]
