@@ -43,7 +43,14 @@ class RuntimeEnvConfig(dict):
 class RuntimeEnv(dict):
     """A runtime environment as a dict of its fields, built from keyword arguments as in Ray
     (``nsight`` and ``rocprof_sys`` are stored as ``_nsight`` and ``_rocprof_sys``; other keyword
-    arguments are kept as given)."""
+    arguments are kept as given), with Ray's accessors (``env_vars()``, ``working_dir()``,
+    ``has_pip()``, ``pip_config()``, ...)."""
+
+    known_fields: set[str] = {"py_modules", "py_executable", "java_jars", "working_dir", "conda", "pip", "uv",
+                              "container", "excludes", "env_vars", "_ray_release", "_ray_commit",
+                              "_inject_current_ray", "config", "worker_process_setup_hook", "_nsight",
+                              "_rocprof_sys", "image_uri"}
+    extensions_fields: set[str] = {"_ray_release", "_ray_commit", "_inject_current_ray"}
 
     def __init__(self, *, py_modules: list | None = None, py_executable: str | None = None,
                  working_dir: str | None = None, pip: list[str] | dict | str | None = None,
@@ -88,6 +95,112 @@ class RuntimeEnv(dict):
         if isinstance(out.get("config"), RuntimeEnvConfig):
             out["config"] = out["config"].to_dict()
         return out
+
+    def get(self, name: str, default: Any = None, data_class: type | None = None) -> Any:
+        """A field's value (``default`` when absent); with ``data_class``, a dict value built into one."""
+        if name not in self:
+            return default
+        value = self[name]
+        return data_class(**value) if data_class is not None and isinstance(value, dict) else value
+
+    def set(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def env_vars(self) -> dict:
+        return self.get("env_vars", {})
+
+    def working_dir(self) -> str:
+        return self.get("working_dir", "")
+
+    def has_working_dir(self) -> bool:
+        return self.get("working_dir") is not None
+
+    def working_dir_uri(self) -> str | None:
+        return self.get("working_dir")
+
+    def py_modules(self) -> list:
+        return list(self.get("py_modules") or [])
+
+    def py_modules_uris(self) -> list:
+        return self.py_modules()
+
+    def py_executable(self) -> str | None:
+        return self.get("py_executable")
+
+    def java_jars(self) -> list:
+        return list(self.get("java_jars") or [])
+
+    def nsight(self) -> str | dict | None:
+        return self.get("_nsight")
+
+    def rocprof_sys(self) -> str | dict | None:
+        return self.get("_rocprof_sys")
+
+    def image_uri(self) -> str | None:
+        return self.get("image_uri")
+
+    def has_conda(self) -> bool:
+        return bool(self.get("conda"))
+
+    def conda_env_name(self) -> str | None:
+        """The name of an existing conda environment, when ``conda`` gives one."""
+        return self["conda"] if self.has_conda() and isinstance(self["conda"], str) else None
+
+    def conda_config(self) -> str | None:
+        """A conda environment spec (a dict) as sorted JSON."""
+        return json.dumps(self["conda"], sort_keys=True) if self.has_conda() and isinstance(self["conda"], dict) \
+            else None
+
+    def has_pip(self) -> bool:
+        return bool(self.get("pip"))
+
+    def has_uv(self) -> bool:
+        return bool(self.get("uv"))
+
+    def virtualenv_name(self) -> str | None:
+        return None   # as Ray: a pip field is always read into packages, never an environment's name
+
+    def pip_config(self) -> dict:
+        """``pip`` in Ray's parsed form: {"packages": [...], "pip_check": False, ...}."""
+        return _packages(self.get("pip"), "pip_check") if self.has_pip() else {}
+
+    def uv_config(self) -> dict:
+        """``uv`` in Ray's parsed form: {"packages": [...], "uv_check": False, ...}."""
+        return _packages(self.get("uv"), "uv_check") if self.has_uv() else {}
+
+    def has_py_container(self) -> bool:
+        return bool(self.get("container"))
+
+    def py_container_image(self) -> str | None:
+        return self["container"].get("image", "") if self.has_py_container() else None
+
+    def py_container_worker_path(self) -> str | None:
+        return self["container"].get("worker_path", "") if self.has_py_container() else None
+
+    def py_container_run_options(self) -> list | None:
+        return self["container"].get("run_options", []) if self.has_py_container() else None
+
+    def get_extension(self, key: str) -> str | None:
+        if key not in self.extensions_fields:
+            raise ValueError(f"Extension key must be one of {self.extensions_fields}, got: {key}")
+        return self.get(key)
+
+    def plugins(self) -> list[tuple[str, Any]]:
+        """The fields that are not Ray's own, as (name, value)."""
+        return [(k, v) for k, v in self.items() if k not in self.known_fields]
+
+    def plugin_uris(self) -> list[str]:
+        return []   # (Ray's is not implemented either)
+
+
+def _packages(value, check: str) -> dict:
+    """A pip or uv field as Ray parses it: a list or a requirements file becomes {"packages": ...}."""
+    if isinstance(value, dict):
+        return {check: False, **value}
+    if isinstance(value, str):
+        with open(value) as f:
+            value = f.read().strip().split("\n")
+    return {"packages": list(value), check: False}
 
 
 _CONFIG_FIELDS = ("setup_timeout_seconds", "eager_install", "log_files")

@@ -71,6 +71,24 @@ def test_py_modules_make_a_package_importable(ray_init, tmp_path):
     assert ray.get(use.remote()) == 42
 
 
+def test_runtime_env_object_has_rays_accessors(tmp_path):
+    from raylite.runtime_env import RuntimeEnv
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("requests\ntoolz==1.0\n")
+    env = RuntimeEnv(env_vars={"A": "1"}, working_dir="/w", py_modules=["/m"], pip=str(reqs),
+                     config={"eager_install": False})
+    assert env.env_vars() == {"A": "1"} and env.working_dir() == "/w" and env.has_working_dir()
+    assert env.py_modules() == ["/m"] and env.has_pip() and not env.has_uv() and not env.has_conda()
+    assert env.pip_config() == {"packages": ["requests", "toolz==1.0"], "pip_check": False}
+    assert env.get("working_dir") == "/w" and env.get("conda", "none") == "none"
+    assert env.to_dict()["config"]["eager_install"] is False and env.py_executable() is None
+    empty = RuntimeEnv(conda="my-env", uv={"packages": ["x"]}, _validate=False)
+    assert empty.env_vars() == {} and empty.working_dir() == "" and empty.py_modules() == []
+    assert empty.conda_env_name() == "my-env" and empty.conda_config() is None
+    assert empty.uv_config() == {"packages": ["x"], "uv_check": False} and empty.pip_config() == {}
+    assert RuntimeEnv(my_plugin={"k": 1}).plugins() == [("my_plugin", {"k": 1})]
+
+
 @pytest.mark.parametrize("env, error, match", [
     ({"env_vars": {"X": 1}}, TypeError, r"must map str to str, got 'X': 1"),
     ({"env_vars": ["X"]}, TypeError, r"env_vars'\] must be a dict"),
