@@ -71,6 +71,16 @@ def test_py_modules_make_a_package_importable(ray_init, tmp_path):
     assert ray.get(use.remote()) == 42
 
 
+def test_env_vars_expand_against_the_workers_environment(ray_init, monkeypatch):
+    monkeypatch.setenv("RAYLITE_T_BASE", "/base")   # the worker's environment is the driver's at init
+    monkeypatch.delenv("RAYLITE_T_UNSET", raising=False)
+    ray_init(num_cpus=1, runtime_env={"env_vars": {"RAYLITE_T_BASE": "${RAYLITE_T_BASE}:/x",
+                                                   "RAYLITE_T_GONE": "a${RAYLITE_T_UNSET}b"}})
+    assert ray.get(read_env.remote("RAYLITE_T_BASE")) == "/base:/x"
+    assert ray.get(read_env.remote("RAYLITE_T_GONE")) == "ab"   # an unset ${VAR} is "", as in Ray
+    assert os.environ["RAYLITE_T_BASE"] == "/base"
+
+
 def test_runtime_env_object_has_rays_accessors(tmp_path):
     from raylite.runtime_env import RuntimeEnv
     reqs = tmp_path / "requirements.txt"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import types
 import warnings
 
@@ -22,6 +23,7 @@ DEFAULT_SETUP_TIMEOUT_S = 600
 INSTALLERS = ("pip", "uv")   # fields whose packages raylite.core.pip_envs installs (imported when used)
 _NOT_INSTALLED = {"conda"}
 _IGNORED = {"excludes", "_ray_commit", "worker_process_setup_hook"}
+_UNSET_REFERENCE = re.compile(r"\$\{[A-Z0-9_]+\}")
 _warned: set[str] = set()
 
 
@@ -128,6 +130,19 @@ def worker_settings(env: Env | None, sys_path: list[str], cwd: str) -> tuple[dic
     extra += [p for p in site_dirs(env) if p not in extra]
     return dict(fields.get("env_vars", ())), extra + [p for p in sys_path if p not in extra], \
         fields.get("working_dir", cwd)
+
+
+def expand_env_vars(env: dict) -> None:
+    """In a new worker, before it sets ``env``: expand ``$VAR`` and ``${VAR}`` in the values against
+    this process's environment, as Ray does (an unset ``${VAR}`` becomes ""), each variable in
+    turn, so ``{"LD_LIBRARY_PATH": "${LD_LIBRARY_PATH}:/x"}`` extends the worker's own."""
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+            continue
+        if "$" in value:
+            value = env[key] = _UNSET_REFERENCE.sub("", os.path.expandvars(value))
+        os.environ[key] = value
 
 
 def _env_vars(value, where: str) -> tuple:

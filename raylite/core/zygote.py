@@ -93,7 +93,7 @@ def _serve(sock, session: str) -> None:
     import pickle
     import socket
     # preload what every worker needs, and the API that tasks calling ray.* use
-    from raylite.core import api, machine, segments, serialization, worker  # noqa: F401
+    from raylite.core import api, machine, runtime_env, segments, serialization, worker  # noqa: F401
     serialization._pickler()
     machine.raise_open_files_limit()   # for the workers too
     libc = segments.libc()
@@ -131,6 +131,7 @@ def _serve(sock, session: str) -> None:
                 os._exit(1)
             code = 1
             try:
+                runtime_env.expand_env_vars(config["env"])   # Ray's ${VAR}: against the worker's own
                 worker.run(config, *fds)
                 code = 0
             finally:
