@@ -1,5 +1,6 @@
 """`runtime_env` on the local runtime: env_vars, working_dir and py_modules for the job, a task
 or an actor, applied before user code runs and inherited by nested work (Ray's runtime_env docs)."""
+import logging
 import os
 import textwrap
 
@@ -81,6 +82,69 @@ def test_env_vars_expand_against_the_workers_environment(ray_init, monkeypatch):
     assert os.environ["RAYLITE_T_BASE"] == "/base"
 
 
+def _record_pid_and_log_level(path):
+    def hook():
+        logging.getLogger().setLevel(logging.DEBUG)
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+    return hook
+
+
+@ray.remote
+def pid_and_log_level():
+    return os.getpid(), logging.getLogger().level
+
+
+def test_setup_hook_runs_once_in_each_worker_before_its_work(ray_init, tmp_path):
+    runs = tmp_path / "runs"
+    driver_level = logging.getLogger().level
+    ray_init(num_cpus=2, runtime_env={"worker_process_setup_hook": _record_pid_and_log_level(str(runs))})
+
+    @ray.remote
+    class Logs:
+        def level(self):
+            return os.getpid(), logging.getLogger().level
+
+    seen = ray.get([pid_and_log_level.remote() for _ in range(6)]) + [ray.get(Logs.remote().level.remote())]
+    assert {level for _, level in seen} == {logging.DEBUG}
+    lines = runs.read_text().split()
+    assert sorted(lines) == sorted({str(pid) for pid, _ in seen})   # once per worker process
+    assert logging.getLogger().level == driver_level   # not run in the driver, as in Ray
+
+
+def test_setup_hook_by_name_is_imported_in_the_worker(ray_init, tmp_path):
+    (tmp_path / "raylite_t_hooks.py").write_text("import os\n\ndef setup():\n"
+                                                 "    os.environ['RAYLITE_T_HOOKED'] = 'yes'\n")
+    ray_init(num_cpus=1)
+    env = {"working_dir": str(tmp_path), "worker_process_setup_hook": "raylite_t_hooks.setup"}
+    assert ray.get(read_env.options(runtime_env=env).remote("RAYLITE_T_HOOKED")) == "yes"
+    assert ray.get(read_env.remote("RAYLITE_T_HOOKED")) is None   # other environments: other workers
+
+
+def _failing_hook():
+    raise ValueError("Setup Failed")
+
+
+def test_a_failing_setup_hook_fails_the_work_naming_it(ray_start):
+    with pytest.raises(ray.exceptions.RuntimeEnvSetupError,
+                       match="(?s)Failed to execute the setup hook method '_failing_hook'.*Setup Failed"):
+        ray.get(read_env.options(runtime_env={"worker_process_setup_hook": _failing_hook}).remote("X"))
+
+    @ray.remote
+    class Actor:
+        def ping(self):
+            return "ran"
+
+    actor = Actor.options(runtime_env={"worker_process_setup_hook": "raylite_no_such_module.setup"}).remote()
+    with pytest.raises(ray.exceptions.ActorDiedError, match="setup hook method 'raylite_no_such_module.setup'"):
+        ray.get(actor.ping.remote(), timeout=30)
+    assert ray.get(read_env.remote("X")) is None   # work without the hook is unaffected
+    import threading
+    lock = threading.Lock()
+    with pytest.raises(ray.exceptions.RuntimeEnvSetupError, match="Failed to export the setup function"):
+        read_env.options(runtime_env={"worker_process_setup_hook": lambda: print(lock)}).remote("X")
+
+
 def test_runtime_env_object_has_rays_accessors(tmp_path):
     from raylite.runtime_env import RuntimeEnv
     reqs = tmp_path / "requirements.txt"
@@ -105,6 +169,7 @@ def test_runtime_env_object_has_rays_accessors(tmp_path):
     ({"working_dir": "/no/such/dir"}, ValueError, r"working_dir'\]='/no/such/dir' is not a directory"),
     ({"working_dir": "s3://bucket/code.zip"}, ValueError, "remote URIs are not fetched"),
     ({"container": {"image": "x"}}, ValueError, "field 'container' is not supported"),
+    ({"worker_process_setup_hook": "setup"}, ValueError, "must be a callable or a 'module.function' name"),
     ("env_vars", TypeError, "runtime_env must be a dict"),
 ])
 def test_bad_runtime_env_names_the_field(ray_start, env, error, match):

@@ -1,5 +1,5 @@
 """`runtime_env` on the local runtime: environment variables, a working directory, extra Python
-modules and pip (or uv) packages for a job's, a task's or an actor's workers.
+modules, pip (or uv) packages and a setup hook for a job's, a task's or an actor's workers.
 
 Everything here is applied when a worker is forked, before any user code runs (so frameworks see
 the variables at import), and workers are reused only by work with the same environment, as Ray
@@ -22,9 +22,33 @@ Env = tuple   # normalized form: sorted (field, value) pairs, hashable, None whe
 DEFAULT_SETUP_TIMEOUT_S = 600
 INSTALLERS = ("pip", "uv")   # fields whose packages raylite.core.pip_envs installs (imported when used)
 _NOT_INSTALLED = {"conda"}
-_IGNORED = {"excludes", "_ray_commit", "worker_process_setup_hook"}
+_IGNORED = {"excludes", "_ray_commit"}
+_HOOK = "worker_process_setup_hook"
+_MAX_HOOK_BYTES = 256 * 1024   # it travels in the zygote's fork request (raylite.core.zygote)
 _UNSET_REFERENCE = re.compile(r"\$\{[A-Z0-9_]+\}")
 _warned: set[str] = set()
+
+
+class SetupHook(str):
+    """A callable ``worker_process_setup_hook``, pickled: it shows as its name (as Ray reports
+    it), and equals only the same pickled function, so work with another hook gets other workers."""
+
+    def __new__(cls, name: str, pickled: bytes):
+        self = super().__new__(cls, name)
+        self.pickled = pickled
+        return self
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SetupHook) and self.pickled == other.pickled
+
+    def __ne__(self, other) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self.pickled)
+
+    def __reduce__(self):
+        return SetupHook, (str(self), self.pickled)
 
 
 def normalize(runtime_env, where: str) -> Env | None:
@@ -43,6 +67,9 @@ def normalize(runtime_env, where: str) -> Env | None:
             out[field] = _local_dir(value, f"{where}: runtime_env['working_dir']")
         elif field == "py_modules":
             out[field] = tuple(_module_root(m, where) for m in _as_list(value, where))
+        elif field == _HOOK:
+            if value is not None:
+                out[field] = _setup_hook(value, where)
         elif field in INSTALLERS:
             if value is not None:
                 from raylite.core import pip_envs
@@ -59,7 +86,7 @@ def normalize(runtime_env, where: str) -> Env | None:
         elif field not in _IGNORED:
             raise ValueError(f"{where}: runtime_env field {field!r} is not supported by raylite's local "
                              f"runtime (supported: env_vars, working_dir, py_modules, pip, uv, conda as "
-                             f"already installed, config)")
+                             f"already installed, worker_process_setup_hook, config)")
     if "pip" in out and "uv" in out:
         raise ValueError(f"{where}: runtime_env cannot have both 'pip' and 'uv' (as in Ray): pick one installer")
     return tuple(sorted(out.items())) or None
@@ -79,7 +106,7 @@ def to_dict(env: Env | None) -> dict:
     out = {}
     for field, value in env or ():
         out[field] = dict(value) if field in ("env_vars", "config") else list(value) if isinstance(value, tuple) \
-            else value
+            else str(value)
     return out
 
 
@@ -145,6 +172,30 @@ def expand_env_vars(env: dict) -> None:
         os.environ[key] = value
 
 
+def run_setup_hook(env: Env | None) -> str | None:
+    """In a new worker, before any task: run the environment's worker_process_setup_hook, as Ray
+    does once per worker process. None, or why it failed: then every task this worker is given
+    fails with RuntimeEnvSetupError saying so, and an actor dies with it."""
+    hook = dict(env or ()).get(_HOOK)
+    if hook is None:
+        return None
+    try:
+        if isinstance(hook, SetupHook):
+            import pickle
+            fn = pickle.loads(hook.pickled)
+        else:
+            import importlib
+            module, _, name = hook.rpartition(".")
+            fn = getattr(importlib.import_module(module), name)
+        fn()
+    except Exception as e:   # noqa: BLE001 - reported to the work sent here
+        import traceback
+        trace = "".join(traceback.format_exception(type(e), e, e.__traceback__.tb_next)).rstrip()
+        return (f"Failed to execute the setup hook method {str(hook)!r} (runtime_env['{_HOOK}']) in worker "
+                f"process {os.getpid()}:\n{trace}")
+    return None
+
+
 def _env_vars(value, where: str) -> tuple:
     if not isinstance(value, dict):
         raise TypeError(f"{where}: runtime_env['env_vars'] must be a dict of str to str, "
@@ -159,6 +210,28 @@ def _as_list(value, where: str) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
     raise TypeError(f"{where}: runtime_env['py_modules'] must be a list, got {type(value).__name__}")
+
+
+def _setup_hook(value, where: str) -> str:
+    """A "module.function" name as given; a callable pickled here, so one that cannot be fails now."""
+    what = f"{where}: runtime_env['{_HOOK}']"
+    if isinstance(value, str):
+        if "." not in value.strip("."):
+            raise ValueError(f"{what} must be a callable or a 'module.function' name, got {value!r}")
+        return value
+    if not callable(value):
+        raise TypeError(f"{what} must be a callable or a 'module.function' name, got {type(value).__name__}")
+    from raylite.core import serialization
+    try:
+        pickled = serialization.dumps_function(value)
+    except Exception as e:
+        from raylite import exceptions
+        raise exceptions.RuntimeEnvSetupError(f"{what}: Failed to export the setup function {value!r}: it "
+                                              f"cannot be pickled: {e}") from e
+    if len(pickled) > _MAX_HOOK_BYTES:
+        raise ValueError(f"{what}: {value!r} pickles to {len(pickled)} bytes (what it captures?), more than "
+                         f"{_MAX_HOOK_BYTES}: give a 'module.function' name, or a function that loads what it needs")
+    return SetupHook(getattr(value, "__name__", type(value).__name__), pickled)
 
 
 def _local_dir(path, what: str) -> str:

@@ -14,7 +14,7 @@ import types
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import concurrency, context, objects, remote, serialization, streams
+from raylite.core import concurrency, context, objects, remote, runtime_env, serialization, streams
 from raylite.core.segments import mappings
 from raylite.core.protocol import SPIN_S, ArgRef, Channel, TaskSpec, spec_from_wire
 from raylite.core.resources import NodeResources
@@ -195,8 +195,14 @@ class _Executor:
         self.interrupted = False        # the running task got its KeyboardInterrupt (only one)
         self.log_files = False          # stdout and stderr are this worker's log files (see _log_to_files)
         self.log_start: tuple | None = None   # (task id, stdout's size, stderr's) when that task started
+        self.setup_error: str | None = None   # why the runtime_env's setup hook failed in this process
 
     def run(self, spec: TaskSpec, fn_bytes: bytes | None, deps: dict, assigned: dict, accel: dict):
+        if self.setup_error is not None:   # nothing runs here: a task fails, an actor dies (as in Ray)
+            if spec.kind == "actor_create":
+                self._exit(1, f"RuntimeEnvSetupError: {self.setup_error}")
+            error = serialization.error_value(exceptions.RuntimeEnvSetupError(self.setup_error))
+            return self.finish(spec, [error] * max(1, len(spec.return_ids)))
         if fn_bytes is not None:
             self.functions[spec.fn_id] = serialization.loads(serialization.Serialized(fn_bytes))
         if self.calls is not None and spec.kind == "actor_call":
@@ -624,6 +630,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     _signal.signal(_signal.SIGINT, interrupt)   # the C function: no enum conversions to copy pages
     _signal.signal(_signal.SIGUSR1, flag_cancelled)
     chan.send(("hello", os.getpid()))
+    executor.setup_error = runtime_env.run_setup_hook(config["runtime_env"])   # once, before any task
     unmapped: set[str] = set()
     while True:
         msg = client.next_message()
