@@ -52,7 +52,7 @@ def test_variables_are_set_before_user_code_imports(ray_init, tmp_path):
         return reads_at_import.SEEN, os.getcwd()
 
     seen, cwd = ray.get(imported.remote())
-    assert seen == "early" and os.path.samefile(cwd, tmp_path)
+    assert seen == "early" and os.path.isfile(os.path.join(cwd, "reads_at_import.py"))   # (in its copy)
 
 
 def test_py_modules_make_a_package_importable(ray_init, tmp_path):
@@ -145,6 +145,63 @@ def test_a_failing_setup_hook_fails_the_work_naming_it(ray_start):
         read_env.options(runtime_env={"worker_process_setup_hook": lambda: print(lock)}).remote("X")
 
 
+def test_working_dir_runs_in_a_copy_without_excluded_files(ray_init, tmp_path):
+    src = tmp_path / "project"
+    for path, text in {"main_mod.py": "VALUE = 1\n", "data/big.bin": "x", "notes/a.log": "log", "notes/keep.txt": "k",
+                       ".gitignore": "*.log\n", ".git/HEAD": "ref", "cache/c.txt": "c", "notes/.rayignore": "/s*\n",
+                       "notes/secret.txt": "s", "secret.txt": "not notes'"}.items():
+        (src / path).parent.mkdir(parents=True, exist_ok=True)
+        (src / path).write_text(text)
+    ray_init(num_cpus=1, runtime_env={"working_dir": str(src), "excludes": ["/data", "cache/"]})
+
+    @ray.remote
+    def look():
+        import main_mod
+        with open("written.txt", "w") as f:   # a file the task writes: into the copy only
+            f.write("x")
+        files = {os.path.relpath(os.path.join(d, f)) for d, _, fs in os.walk(".") for f in fs}
+        return os.getcwd(), main_mod.VALUE, sorted(files - {"written.txt"})
+
+    cwd, value, files = ray.get(look.remote())
+    assert value == 1 and not os.path.samefile(cwd, src)
+    assert [f for f in files if "__pycache__" not in f] == [".gitignore", "main_mod.py", "notes/.rayignore",
+                                                            "notes/keep.txt", "secret.txt"]
+    assert not (src / "written.txt").exists()
+    assert ray.get(look.remote())[0] == cwd   # one copy, reused
+    ray.shutdown()
+    assert not os.path.exists(cwd)   # the session's copies go with it
+
+
+def test_working_dir_over_the_size_limit_fails_the_work(ray_init, tmp_path, monkeypatch):
+    (tmp_path / "big.bin").write_bytes(b"x" * 4096)
+    monkeypatch.setenv("RAY_max_grpc_message_size", "1000")   # Ray's limit (512 MiB unless set)
+    ray_init(num_cpus=1)
+    with pytest.raises(ray.exceptions.RuntimeEnvSetupError, match="holds 0.00 MiB, more than the limit"):
+        ray.get(read_env.options(runtime_env={"working_dir": str(tmp_path)}).remote("X"), timeout=30)
+    env = {"working_dir": str(tmp_path), "excludes": ["*.bin"]}
+    assert ray.get(read_env.options(runtime_env=env).remote("X"), timeout=30) is None
+
+
+def test_py_modules_are_copied_alone(ray_init, tmp_path):
+    pkg = tmp_path / "raylite_t_copied"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("VALUE = 5\n")
+    (tmp_path / "raylite_t_sibling.py").write_text("")
+    ray_init(num_cpus=1)
+
+    @ray.remote(runtime_env={"py_modules": [str(pkg)]})
+    def use():
+        import raylite_t_copied
+        try:
+            import raylite_t_sibling  # noqa: F401
+        except ImportError:
+            return raylite_t_copied.VALUE, raylite_t_copied.__file__
+        return "the package's folder was put on sys.path", None
+
+    value, where = ray.get(use.remote())
+    assert value == 5 and not where.startswith(str(tmp_path)) and where.endswith("raylite_t_copied/__init__.py")
+
+
 def test_runtime_env_object_has_rays_accessors(tmp_path):
     from raylite.runtime_env import RuntimeEnv
     reqs = tmp_path / "requirements.txt"
@@ -169,6 +226,7 @@ def test_runtime_env_object_has_rays_accessors(tmp_path):
     ({"working_dir": "/no/such/dir"}, ValueError, r"working_dir'\]='/no/such/dir' is not a directory"),
     ({"working_dir": "s3://bucket/code.zip"}, ValueError, "remote URIs are not fetched"),
     ({"container": {"image": "x"}}, ValueError, "field 'container' is not supported"),
+    ({"excludes": "*.log"}, TypeError, r"excludes'\] must be a list"),
     ({"worker_process_setup_hook": "setup"}, ValueError, "must be a callable or a 'module.function' name"),
     ("env_vars", TypeError, "runtime_env must be a dict"),
 ])

@@ -1,43 +1,46 @@
-"""Node mixin: tasks and actors whose runtime_env has pip (or uv) packages wait, without holding
-resources, until their environment is installed (raylite.core.pip_envs), in a thread per
-environment; then they are queued as usual. If the install fails, they fail with
-RuntimeEnvSetupError (an actor's calls with ActorDiedError naming it), and so does later work
-asking for the same environment, as in Ray."""
+"""Node mixin: tasks and actors whose runtime_env needs setting up wait, without holding
+resources, until it is ready, in a thread per setup: a copy of a working_dir or py_modules
+folder (raylite.core.working_dir), an install of pip or uv packages (raylite.core.pip_envs); then
+they are queued as usual. If a setup fails, they fail with RuntimeEnvSetupError (an actor's calls
+with ActorDiedError naming it), and so does later work asking for the same, as in Ray."""
 from __future__ import annotations
 
 import threading
 import time
 
 from raylite import exceptions
-from raylite.core import pip_envs, runtime_env
+from raylite.core import pip_envs, runtime_env, working_dir
 from raylite.core.serialization import error_value
 
 
 class EnvSetup:
-    """Needs: job_env, actors, cancelled, producers, cluster_events, runtime_envs, call, _finish,
-    _actor_gone."""
+    """Needs: session, job_env, actors, cancelled, producers, cluster_events, runtime_envs, call,
+    _finish, _actor_gone."""
 
     def _init_env_setup(self) -> None:
-        self.installs: dict[tuple, object] = {}   # (field, requirements) -> waiting [(spec, then)], True, or error
-        self.installers: dict[tuple, pip_envs.Install] = {}   # those running now
+        # a setup (runtime_env.setups; pip's without its timeout) -> waiting [(spec, then)], True, or error
+        self.installs: dict[tuple, object] = {}
+        self.installers: dict[tuple, pip_envs.Install | working_dir.Copy] = {}   # those running now
 
     def _when_env_ready(self, spec, then) -> None:
-        install = runtime_env.to_install(runtime_env.merge(self.job_env, spec.runtime_env))
-        if install is None:
-            return then()
-        key = install[:2]
-        state = self.installs.get(key)
-        if state is True:
-            return then()
-        if isinstance(state, str):
-            return self._env_failed(spec, state)
-        if state is None:
-            state = self.installs[key] = []
-            job = self.installers[key] = pip_envs.Install(*install)
-            threading.Thread(target=self._install, args=(key, job), name="raylite-runtime-env", daemon=True).start()
-        state.append((spec, then))
+        """`then` once every setup of the work's environment is ready (each checked in turn)."""
+        for setup in runtime_env.setups(runtime_env.merge(self.job_env, spec.runtime_env)):
+            key = setup if setup[0] == "copy" else setup[:2]
+            state = self.installs.get(key)
+            if state is True:
+                continue
+            if isinstance(state, str):
+                return self._env_failed(spec, state)
+            if state is None:
+                state = self.installs[key] = []
+                job = self.installers[key] = pip_envs.Install(*setup) if setup[0] != "copy" else \
+                    working_dir.Copy(*setup[1:], working_dir.session_root(self.session))
+                threading.Thread(target=self._install, args=(key, job), name="raylite-runtime-env", daemon=True).start()
+            state.append((spec, lambda: self._when_env_ready(spec, then)))
+            return
+        then()
 
-    def _install(self, key: tuple, job: pip_envs.Install) -> None:
+    def _install(self, key: tuple, job: pip_envs.Install | working_dir.Copy) -> None:
         try:
             why = job.run()
         except Exception as e:   # noqa: BLE001 - reported to every waiting task
@@ -49,7 +52,8 @@ class EnvSetup:
         self.installers.pop(key, None)
         self.installs[key] = True if why is None else why
         if why is not None:
-            self.cluster_events.add("ERROR", "RAYLET", f"runtime_env setup failed: {why}", requirements=list(key[1]))
+            self.cluster_events.add("ERROR", "RAYLET", f"runtime_env setup failed: {why}",
+                                    **({"path": key[2]} if key[0] == "copy" else {"requirements": list(key[1])}))
         for spec, then in waiting if isinstance(waiting, list) else ():
             if why is None:
                 then()
@@ -71,6 +75,6 @@ class EnvSetup:
         self._finish(spec, error_value(exceptions.RuntimeEnvSetupError(message)))
 
     def _cancel_installs(self) -> None:
-        """At shutdown: stop the installers (what they built so far is discarded)."""
+        """At shutdown: stop the installers and copies (what they made so far is discarded)."""
         for job in list(self.installers.values()):
             job.cancel()

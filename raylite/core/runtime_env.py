@@ -5,9 +5,9 @@ Everything here is applied when a worker is forked, before any user code runs (s
 the variables at import), and workers are reused only by work with the same environment, as Ray
 dedicates workers per runtime environment. A child's ``runtime_env`` inherits its parent's (the
 job's, or the submitting task's): its fields replace the parent's, except ``env_vars``, which
-are merged. ``pip`` and ``uv`` packages are installed before the work starts (see
-raylite.core.pip_envs); ``conda`` installs nothing (raylite warns once), and remote URIs are not
-fetched.
+are merged. ``working_dir`` and local ``py_modules`` run from a copy (raylite.core.working_dir),
+and ``pip`` and ``uv`` packages are installed (raylite.core.pip_envs), before the work starts;
+``conda`` installs nothing (raylite warns once), and remote URIs are not fetched.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ Env = tuple   # normalized form: sorted (field, value) pairs, hashable, None whe
 DEFAULT_SETUP_TIMEOUT_S = 600
 INSTALLERS = ("pip", "uv")   # fields whose packages raylite.core.pip_envs installs (imported when used)
 _NOT_INSTALLED = {"conda"}
-_IGNORED = {"excludes", "_ray_commit"}
+_IGNORED = {"_ray_commit"}
 _HOOK = "worker_process_setup_hook"
 _MAX_HOOK_BYTES = 256 * 1024   # it travels in the zygote's fork request (raylite.core.zygote)
 _UNSET_REFERENCE = re.compile(r"\$\{[A-Z0-9_]+\}")
@@ -66,7 +66,10 @@ def normalize(runtime_env, where: str) -> Env | None:
         elif field == "working_dir":
             out[field] = _local_dir(value, f"{where}: runtime_env['working_dir']")
         elif field == "py_modules":
-            out[field] = tuple(_module_root(m, where) for m in _as_list(value, where))
+            out[field] = tuple(_module_source(m, where) for m in _as_list(value, field, where))
+        elif field == "excludes":
+            if value:
+                out[field] = _excludes(value, where)
         elif field == _HOOK:
             if value is not None:
                 out[field] = _setup_hook(value, where)
@@ -85,8 +88,8 @@ def normalize(runtime_env, where: str) -> Env | None:
                               f"(or run on a Ray cluster with backend='ray')", UserWarning, stacklevel=5)
         elif field not in _IGNORED:
             raise ValueError(f"{where}: runtime_env field {field!r} is not supported by raylite's local "
-                             f"runtime (supported: env_vars, working_dir, py_modules, pip, uv, conda as "
-                             f"already installed, worker_process_setup_hook, config)")
+                             f"runtime (supported: env_vars, working_dir, py_modules, excludes, pip, uv, "
+                             f"conda as already installed, worker_process_setup_hook, config)")
     if "pip" in out and "uv" in out:
         raise ValueError(f"{where}: runtime_env cannot have both 'pip' and 'uv' (as in Ray): pick one installer")
     return tuple(sorted(out.items())) or None
@@ -134,6 +137,19 @@ def to_install(env: Env | None) -> tuple | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def setups(env: Env | None) -> tuple[tuple, ...]:
+    """What must be ready before a worker with this environment starts, in order: a copy of its
+    working_dir and of each local py_modules entry, ("copy", kind, path, excludes), then its
+    packages, (installer, requirements, timeout) as in to_install."""
+    fields = dict(env or ())
+    excludes = fields.get("excludes", ())
+    out = [("copy", "working_dir", fields["working_dir"], excludes)] if "working_dir" in fields else []
+    out += [("copy", "py_modules", m, excludes) for m in fields.get("py_modules", ())]
+    install = to_install(env)
+    return tuple(out) + ((install,) if install else ())
+
+
 def merge(parent: Env | None, child: Env | None) -> Env | None:
     """The child's fields win; ``env_vars`` are merged, the child's value winning per variable."""
     if not parent or not child:
@@ -147,16 +163,20 @@ def merge(parent: Env | None, child: Env | None) -> Env | None:
 
 
 def worker_settings(env: Env | None, sys_path: list[str], cwd: str) -> tuple[dict, list[str], str]:
-    """(variables to set, sys.path, working directory) for a worker with this environment; its
-    installed packages (see to_install: ready by now) come first, as in Ray's virtualenv."""
+    """(variables to set, sys.path, working directory) for a worker with this environment: the
+    copies of its working_dir and py_modules (see setups: ready by now), then its installed
+    packages, come first on sys.path, as in Ray."""
     if not env:
         return {}, sys_path, cwd
+    from raylite.core import working_dir
     fields = dict(env)
-    extra = [fields["working_dir"]] if "working_dir" in fields else []
-    extra += [p for p in fields.get("py_modules", ()) if p not in extra]
-    extra += [p for p in site_dirs(env) if p not in extra]
+    excludes = fields.get("excludes", ())
+    extra = [working_dir.copy_of("working_dir", fields["working_dir"], excludes)] if "working_dir" in fields else []
+    for p in [working_dir.copy_of("py_modules", m, excludes) for m in fields.get("py_modules", ())] + site_dirs(env):
+        if p not in extra:
+            extra.append(p)
     return dict(fields.get("env_vars", ())), extra + [p for p in sys_path if p not in extra], \
-        fields.get("working_dir", cwd)
+        extra[0] if "working_dir" in fields else cwd
 
 
 def expand_env_vars(env: dict) -> None:
@@ -206,10 +226,17 @@ def _env_vars(value, where: str) -> tuple:
     return tuple(sorted(value.items()))
 
 
-def _as_list(value, where: str) -> list:
+def _as_list(value, field: str, where: str) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
-    raise TypeError(f"{where}: runtime_env['py_modules'] must be a list, got {type(value).__name__}")
+    raise TypeError(f"{where}: runtime_env[{field!r}] must be a list, got {type(value).__name__}")
+
+
+def _excludes(value, where: str) -> tuple:
+    value = _as_list(value, "excludes", where)
+    if not all(isinstance(p, str) for p in value):
+        raise TypeError(f"{where}: runtime_env['excludes'] must be a list of str (gitignore patterns), got {value!r}")
+    return tuple(value)
 
 
 def _setup_hook(value, where: str) -> str:
@@ -246,14 +273,17 @@ def _local_dir(path, what: str) -> str:
     return os.path.abspath(path)
 
 
-def _module_root(module, where: str) -> str:
-    """The directory that makes a py_modules entry importable: a package's parent."""
+def _module_source(module, where: str) -> str:
+    """What a py_modules entry copies (raylite.core.working_dir): a package's folder or a module's file."""
     what = f"{where}: runtime_env['py_modules'] entry"
     if isinstance(module, types.ModuleType):
-        files = getattr(module, "__path__", None) or [getattr(module, "__file__", None)]
-        if not files or files[0] is None:
-            raise ValueError(f"{what} {module.__name__} has no files to import from")
-        module = files[0]
-        if not os.path.isdir(module):   # a single-file module: its directory
-            return os.path.dirname(os.path.abspath(module))
-    return os.path.dirname(_local_dir(module, f"{what} {module!r}"))
+        paths = list(getattr(module, "__path__", None) or [])
+        if len(paths) > 1:
+            raise ValueError(f"{what} {module.__name__} is a namespace package spread over {len(paths)} folders: "
+                             f"give one of them")
+        name, module = module.__name__, paths[0] if paths else getattr(module, "__file__", None)
+        if module is None:
+            raise ValueError(f"{what} {name} has no files to import from")
+    if isinstance(module, (str, os.PathLike)) and os.fspath(module).endswith(".py") and os.path.isfile(module):
+        return os.path.abspath(module)
+    return _local_dir(module, f"{what} {module!r}")

@@ -5,7 +5,8 @@ this process once per session (new session id, so a terminal's Ctrl-C reaches on
 and asks it, over a SOCK_SEQPACKET pair, to fork a worker; the request carries the worker's three
 descriptors (control socket, stdout pipe, stderr pipe) and the environment to set before any user
 code runs. When the driver goes away, the zygote kills its workers, removes the session's
-shared-memory segments and exits; workers die with the zygote (PR_SET_PDEATHSIG).
+shared-memory segments and runtime_env copies (raylite.core.working_dir) and exits; workers die
+with the zygote (PR_SET_PDEATHSIG).
 """
 from __future__ import annotations
 
@@ -150,6 +151,8 @@ def _serve(sock, session: str) -> None:
     except ChildProcessError:
         pass
     segments.remove_session_segments(session)
+    from raylite.core import working_dir
+    working_dir.remove_session(session)   # the copies of working_dir and py_modules
 
 
 def _settle(libc, collect: bool = False) -> None:
