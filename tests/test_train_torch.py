@@ -80,6 +80,40 @@ def test_prepare_model_and_data_loader_with_two_workers(runtime, tmp_path):
         assert o["params_equal"]                                # DDP averaged the gradients
 
 
+def test_prepared_model_copies_like_ddp(runtime, tmp_path):
+    """deepcopy / torch.save of a shared-memory-hooked model work as with plain DDP: the copy is a
+    DDP model on the default group whose reducer has no hook (gloo), the live ring is untouched."""
+    def train_func():
+        import copy
+        import io
+
+        import torch
+
+        from raylite.train import torch as train_torch
+        torch.manual_seed(0)
+        model = train_torch.prepare_model(torch.nn.Linear(2, 1))
+        x = torch.full((3, 2), float(train.world_rank() + 1))
+        clone = copy.deepcopy(model)
+        buf = io.BytesIO()
+        torch.save(model, buf)
+        buf.seek(0)
+        loaded = torch.load(buf, weights_only=False)
+        clone(x).sum().backward()                               # a gloo allreduce: no ring
+        model(x).sum().backward()                               # the ring, still in step
+        return {"types": [type(m).__name__ for m in (clone, loaded)],
+                "states": [type(st).__name__ for m in (model, clone, loaded) for _h, st in m._comm_hooks],
+                "forward": torch.equal(loaded(x), model(x)),
+                "grads": [clone.module.weight.grad.tolist(), model.module.weight.grad.tolist()]}
+
+    with Trainer(num_workers=2, logdir=tmp_path) as trainer:
+        out = trainer.run(train_func)
+    for o in out:
+        assert o["types"] == ["DistributedDataParallel"] * 2
+        assert o["states"] == ["LocalGroup", "NoneType", "NoneType"]
+        assert o["forward"]
+        assert o["grads"] == [[[4.5, 4.5]], [[4.5, 4.5]]]       # mean of 3 x 1 and 3 x 2, both ways
+
+
 def test_helpers_outside_a_run_and_with_one_worker():
     model = torch.nn.Linear(2, 1)
     assert prepare_model(model) is model                       # no process group: no DDP

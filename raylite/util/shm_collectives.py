@@ -130,6 +130,13 @@ class LocalGroup:
         same_ns = len({ns for _, _, ns in answers}) == 1 and answers[0][2] is not None
         return cls(mm, rank, world, [pid for _, pid, _ in answers] if same_ns else [], timeout_s, slot_bytes)
 
+    def __reduce__(self):
+        """Copies of a model hooked to this group (``copy.deepcopy``, pickling, ``torch.save``) get
+        None: torch rebuilds a copied DDP's reducer without comm hooks, so the copy averages
+        through gloo like a copy of plain DDP, and a mapping shared with or re-opened by a copy
+        could only corrupt the live ring."""
+        return _detached, ()
+
     def close(self) -> None:
         self._views.clear()
         self.seqs = self.ctl = self._hdr = self._word = None
@@ -273,11 +280,17 @@ def _header_bytes(world_size: int) -> int:
     return (world_size + 1) * _LINE * 8
 
 
-def allreduce_hook(group: LocalGroup, bucket):
-    """DDP communication hook: gloo's allreduce-and-average, through ``group`` when it fits."""
+def _detached() -> None:
+    """What a pickled or copied LocalGroup becomes (see ``LocalGroup.__reduce__``)."""
+    return None
+
+
+def allreduce_hook(group: LocalGroup | None, bucket):
+    """DDP communication hook: gloo's allreduce-and-average, through ``group`` when it fits (a
+    copied model's ``group`` is None: gloo)."""
     import torch
     tensor = bucket.buffer()
-    if not group.fits(tensor):
+    if group is None or not group.fits(tensor):
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook as gloo_hook
         return gloo_hook(None, bucket)
     group.allreduce_mean_(tensor)
