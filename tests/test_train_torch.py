@@ -195,3 +195,35 @@ def test_torch_trainer_fit_failure_raises_with_partial_result(runtime, tmp_path)
     assert err.result.path == str(tmp_path / "exp_2")
     assert [m["epoch"] for m in err.result.metrics_history] == [0, 1]
     assert err.result.checkpoint.path.endswith("checkpoint_000001")
+
+
+def test_data_parallel_trainer_runs_workers_without_a_process_group(runtime, tmp_path):
+    from raylite.train.data_parallel_trainer import DataParallelTrainer
+    from raylite.train.v2.api.data_parallel_trainer import DataParallelTrainer as V2DataParallelTrainer
+    assert V2DataParallelTrainer is DataParallelTrainer and issubclass(TorchTrainer, DataParallelTrainer)
+    assert TorchTrainer(_fit_loop).torch_config == TorchConfig()
+
+    def loop(config):
+        import tempfile
+        ctx = train.get_context()
+        dist = sys.modules.get("torch.distributed")
+        for i in range(config["n"]):
+            with tempfile.TemporaryDirectory() as d:
+                train.report({"loss": i, "rank": ctx.get_world_rank(), "world": ctx.get_world_size(),
+                              "process_group": dist is not None and dist.is_initialized(),
+                              "master_port": "MASTER_PORT" in os.environ},
+                             checkpoint=Checkpoint.from_directory(d))
+        if config.get("fail"):
+            raise RuntimeError("simulated")
+
+    result = DataParallelTrainer(loop, train_loop_config={"n": 3}, scaling_config=ScalingConfig(num_workers=2),
+                                 run_config=RunConfig(storage_path=str(tmp_path),
+                                                      checkpoint_config=CheckpointConfig(num_to_keep=2))).fit()
+    assert os.path.basename(result.path).startswith("DataParallelTrainer_")
+    assert {k: result.metrics[k] for k in ("loss", "rank", "world", "process_group", "master_port")} == \
+        {"loss": 2, "rank": 0, "world": 2, "process_group": False, "master_port": False}
+    assert [m["loss"] for _, m in result.best_checkpoints] == [1, 2]
+    with pytest.raises(train.WorkerGroupError) as exc:
+        DataParallelTrainer(loop, train_loop_config={"n": 0, "fail": True},
+                            run_config=RunConfig(storage_path=str(tmp_path))).fit()
+    assert list(exc.value.worker_failures) == [0] and "simulated" in str(exc.value)

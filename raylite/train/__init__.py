@@ -22,8 +22,8 @@ Workers are raylite actors; only the public raylite API is used here. ``raylite.
 (prepare_model, prepare_data_loader, get_device) imports torch; this package itself does not.
 """
 from raylite.train.checkpoint import Checkpoint
-from raylite.train.config import (CheckpointConfig, CheckpointStrategy, FailureConfig, RunConfig, ScalingConfig,
-                                  TorchConfig)
+from raylite.train.config import (BackendConfig, CheckpointConfig, CheckpointStrategy, FailureConfig, RunConfig,
+                                  ScalingConfig, TorchConfig)
 from raylite.train.result import Result
 from raylite.train.session import (TrainContext, get_checkpoint, get_context, load_checkpoint, local_rank, report,
                                    save_checkpoint, world_rank, world_size)
@@ -60,7 +60,7 @@ def __getattr__(name):   # `train.torch` without importing torch up front
     raise AttributeError(f"module 'raylite.train' has no attribute {name!r}")
 
 
-__all__ = ["Checkpoint", "CheckpointConfig", "CheckpointStrategy", "FailureConfig", "Result", "RunConfig",
-           "ScalingConfig", "TorchConfig", "TorchTrainer", "TrainContext", "Trainer", "TrainingFailedError",
+__all__ = ["BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointStrategy", "FailureConfig", "Result",
+           "RunConfig", "ScalingConfig", "TorchConfig", "TorchTrainer", "TrainContext", "Trainer", "TrainingFailedError",
            "WorkerGroupError", "get_checkpoint", "get_context", "init_with_preload", "load_checkpoint",
            "local_rank", "report", "save_checkpoint", "world_rank", "world_size"]

@@ -1,5 +1,5 @@
 """Configuration objects with Ray Train's names: ScalingConfig, RunConfig, CheckpointConfig,
-FailureConfig and TorchConfig."""
+FailureConfig, BackendConfig and TorchConfig."""
 from __future__ import annotations
 
 import os
@@ -148,7 +148,13 @@ class RunConfig:
 
 
 @dataclass
-class TorchConfig:
+class BackendConfig:
+    """Ray's framework-agnostic backend: the workers start with no process group (a
+    ``DataParallelTrainer``'s default; ``TorchConfig`` adds torch.distributed)."""
+
+
+@dataclass
+class TorchConfig(BackendConfig):
     """The process group: ``backend`` None picks NCCL on GPU workers and gloo on CPU ones;
     ``timeout_s`` bounds every collective (torch's default is 30 minutes, as in Ray)."""
 
@@ -163,11 +169,13 @@ class TorchConfig:
             raise ValueError("TorchConfig.init_method: only 'env' (MASTER_ADDR/MASTER_PORT) is supported")
 
 
-def torch_config_from(backend) -> TorchConfig:
+def backend_config_from(backend) -> BackendConfig:
+    """Trainer's ``backend`` argument as a config: a TorchConfig unless a plain BackendConfig was given."""
     if backend in ("torch", None):
         return TorchConfig()
-    if isinstance(backend, TorchConfig):
+    if isinstance(backend, BackendConfig):
         return backend
     if backend in ("gloo", "nccl"):
         return TorchConfig(backend=backend)
-    raise ValueError(f"backend={backend!r}: raylite.train supports backend='torch' (or a TorchConfig)")
+    raise ValueError(f"backend={backend!r}: raylite.train supports backend='torch' (or a TorchConfig, or a "
+                     f"BackendConfig for workers without a process group)")

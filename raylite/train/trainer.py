@@ -1,5 +1,6 @@
-"""The engine: Trainer (Ray Train 1.x's life cycle) and TorchTrainer (Ray 2.x's ``fit``) over one
-worker group, with report collection, checkpoint persistence and restarts after worker deaths."""
+"""The engine: Trainer (Ray Train 1.x's life cycle), and DataParallelTrainer / TorchTrainer (Ray
+2.x's ``fit``) over one worker group, with report collection, checkpoint persistence and restarts
+after worker deaths."""
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,8 @@ import time
 import raylite as ray
 from raylite import exceptions
 from raylite.train.checkpoint import Checkpoint
-from raylite.train.config import (CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TorchConfig,
-                                  default_storage_path, torch_config_from)
+from raylite.train.config import (BackendConfig, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
+                                  TorchConfig, backend_config_from, default_storage_path)
 from raylite.train.result import Result, RunRecorder
 from raylite.train.session import SessionInfo
 from raylite.train.worker_group import ReporterActor, WorkerGroup, is_death, takes_config
@@ -86,8 +87,10 @@ def _probe_gpus(num_gpus: float, num_cpus: float) -> bool | None:
     return bool(kwargs.get("num_gpus"))
 
 
-def resolve_use_gpu(use_gpu, num_workers: int, gpus_per_worker: float, cpus_per_worker: float) -> bool:
-    """True/False for the workers; a clear error when use_gpu=True cannot be honoured."""
+def resolve_use_gpu(use_gpu, num_workers: int, gpus_per_worker: float, cpus_per_worker: float,
+                    torch: bool = True) -> bool:
+    """True/False for the workers; a clear error when use_gpu=True cannot be honoured. ``torch``:
+    the workers will run CUDA through torch, so torch must see a GPU too (not only the runtime)."""
     if use_gpu is False:
         return False
     need = num_workers * gpus_per_worker
@@ -97,7 +100,7 @@ def resolve_use_gpu(use_gpu, num_workers: int, gpus_per_worker: float, cpus_per_
             logger.info("raylite.train: use_gpu='auto' -> CPU workers (%s GPUs needed, the runtime has %s)",
                         need, have)
             return False
-        if _probe_gpus(gpus_per_worker, cpus_per_worker) is False or not _cuda_usable():
+        if _probe_gpus(gpus_per_worker, cpus_per_worker) is False or (torch and not _cuda_usable()):
             logger.info("raylite.train: use_gpu='auto' -> CPU workers (no usable CUDA GPU)")
             return False
         return True
@@ -105,7 +108,7 @@ def resolve_use_gpu(use_gpu, num_workers: int, gpus_per_worker: float, cpus_per_
         raise RuntimeError(f"use_gpu=True needs {need:g} GPU(s) ({num_workers} worker(s) x {gpus_per_worker:g}) "
                            f"but the runtime has {have:g}. Pass use_gpu='auto' to fall back to CPU workers "
                            f"when no GPU is usable, or fewer workers.")
-    if not _cuda_usable():
+    if torch and not _cuda_usable():
         raise RuntimeError(f"use_gpu=True but no usable CUDA GPU: the runtime advertises {have:g} GPU(s), "
                            f"yet torch.cuda.is_available() is False here (a logical GPU from "
                            f"init(num_gpus=...) cannot run NCCL). Pass use_gpu='auto' to fall back to CPU "
@@ -146,7 +149,7 @@ class Trainer:
 
     def __init__(self, backend="torch", num_workers: int = 1, use_gpu=False, resources_per_worker: dict | None = None,
                  logdir: str | os.PathLike | None = None, max_failures: int = 0):
-        self._torch_config: TorchConfig = torch_config_from(backend)
+        self._backend_config: BackendConfig = backend_config_from(backend)
         self._scaling = ScalingConfig(num_workers, use_gpu, resources_per_worker)
         if not isinstance(max_failures, int) or max_failures < -1:
             raise ValueError(f"max_failures must be an integer >= -1 (-1: no limit), got {max_failures!r}")
@@ -175,8 +178,8 @@ class Trainer:
         sc = self._scaling
         if self._reporter is None:
             self._reporter = ReporterActor.remote()
-        group = WorkerGroup(sc.num_workers, request, self.use_gpu, self._torch_config.backend,
-                            self._torch_config.timeout_s)
+        torch_config = self._backend_config if isinstance(self._backend_config, TorchConfig) else None
+        group = WorkerGroup(sc.num_workers, request, self.use_gpu, torch_config)
         try:
             self.worker_infos = group.start(self._init_hook)
         except BaseException:
@@ -191,7 +194,8 @@ class Trainer:
         sc = self._scaling
         if self.use_gpu is None:
             asked = sc.worker_request(use_gpu=sc.use_gpu is not False)
-            self.use_gpu = resolve_use_gpu(sc.use_gpu, sc.num_workers, asked["num_gpus"] or 1, asked["num_cpus"])
+            self.use_gpu = resolve_use_gpu(sc.use_gpu, sc.num_workers, asked["num_gpus"] or 1, asked["num_cpus"],
+                                           torch=isinstance(self._backend_config, TorchConfig))
         request = sc.worker_request(self.use_gpu)
         _check_fits(sc.num_workers, request)
         return request
@@ -381,12 +385,15 @@ class Trainer:
                 self._drain(recorder)
 
 
-class TorchTrainer:
-    """Ray Train 2.x: ``TorchTrainer(train_loop_per_worker, train_loop_config=None, *, scaling_config,
-    run_config, torch_config, resume_from_checkpoint).fit() -> Result``."""
+class DataParallelTrainer:
+    """Ray Train 2.x: ``DataParallelTrainer(train_loop_per_worker, *, train_loop_config=None,
+    backend_config=None, scaling_config, run_config, resume_from_checkpoint).fit() -> Result``:
+    ``train_loop_per_worker`` on every worker, with reports, checkpoints and restarts. The default
+    ``BackendConfig()`` sets up no process group (each worker is on its own, for any framework);
+    a ``TorchConfig`` joins them in torch.distributed, as ``TorchTrainer`` does."""
 
-    def __init__(self, train_loop_per_worker, train_loop_config: dict | None = None, *,
-                 torch_config: TorchConfig | None = None, scaling_config: ScalingConfig | None = None,
+    def __init__(self, train_loop_per_worker, *, train_loop_config: dict | None = None,
+                 backend_config: BackendConfig | None = None, scaling_config: ScalingConfig | None = None,
                  run_config: RunConfig | None = None, resume_from_checkpoint: Checkpoint | None = None,
                  datasets: dict | None = None, dataset_config=None, metadata: dict | None = None):
         if not callable(train_loop_per_worker):
@@ -396,19 +403,20 @@ class TorchTrainer:
                                       "data inside train_loop_per_worker (e.g. through train_loop_config)")
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
-        self.torch_config = torch_config or TorchConfig()
+        self.backend_config = backend_config or BackendConfig()
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
         self.resume_from_checkpoint = resume_from_checkpoint
 
     def fit(self) -> Result:
         rc, sc = self.run_config, self.scaling_config
+        what = type(self).__name__
         failure = rc.failure_config or FailureConfig()
         if rc.checkpoint_config is not None:
-            rc.checkpoint_config.check_function_trainable("a TorchTrainer")
-        name = rc.name or time.strftime("TorchTrainer_%Y-%m-%d_%H-%M-%S")
+            rc.checkpoint_config.check_function_trainable(f"a {what}")
+        name = rc.name or time.strftime(f"{what}_%Y-%m-%d_%H-%M-%S")
         run_dir = _unique_dir(os.path.join(os.path.expanduser(rc.storage_path or default_storage_path()), name))
-        trainer = Trainer(self.torch_config, sc.num_workers, sc.use_gpu, sc.resources_per_worker,
+        trainer = Trainer(self.backend_config, sc.num_workers, sc.use_gpu, sc.resources_per_worker,
                           max_failures=failure.max_failures)
         trainer._retry_errors = True
         trainer._preflight()   # configuration errors (no GPU, too many workers) raise as they are
@@ -428,6 +436,24 @@ class TorchTrainer:
         finally:
             trainer.shutdown()
         return trainer.last_result
+
+
+class TorchTrainer(DataParallelTrainer):
+    """Ray Train 2.x: ``TorchTrainer(train_loop_per_worker, train_loop_config=None, *, scaling_config,
+    run_config, torch_config, resume_from_checkpoint).fit() -> Result``: a DataParallelTrainer whose
+    workers share a torch process group."""
+
+    def __init__(self, train_loop_per_worker, train_loop_config: dict | None = None, *,
+                 torch_config: TorchConfig | None = None, scaling_config: ScalingConfig | None = None,
+                 run_config: RunConfig | None = None, resume_from_checkpoint: Checkpoint | None = None,
+                 datasets: dict | None = None, dataset_config=None, metadata: dict | None = None):
+        super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
+                         backend_config=torch_config or TorchConfig(), scaling_config=scaling_config,
+                         run_config=run_config, resume_from_checkpoint=resume_from_checkpoint, datasets=datasets)
+
+    @property
+    def torch_config(self) -> TorchConfig:
+        return self.backend_config
 
 
 def _unique_dir(path: str) -> str:

@@ -1,5 +1,6 @@
-"""The worker group: N runtime actors joined in one torch.distributed process group, and the
-reporter actor that carries ``train.report`` calls from the workers to the driver.
+"""The worker group: N runtime actors, joined in one torch.distributed process group unless the
+backend is a plain BackendConfig (DataParallelTrainer), and the reporter actor that carries
+``train.report`` calls from the workers to the driver.
 
 Reports: every worker sends each report, fire-and-forget, to one small ``_Reporter`` actor
 (0 CPUs) that only buffers them; the driver drains it while it waits on the workers. Reports and
@@ -23,6 +24,7 @@ from datetime import timedelta
 import raylite as ray
 from raylite import exceptions
 from raylite.train import session
+from raylite.train.config import TorchConfig
 from raylite.util.rendezvous import Rendezvous, use_loopback
 from raylite.util.placement import Layout, assigned_cuda_index, layouts, node_address
 from raylite.util.placement_group import placement_group, remove_placement_group
@@ -58,15 +60,26 @@ class _TrainWorker:
         store's), and whether it sees the driver's rendezvous directory (same machine)."""
         return (*node_address(), os.path.isdir(rendezvous_dir))
 
-    def setup(self, rank: int, world_size: int, layout: Layout, master_addr: str, master_port: int,
-              init_method: str, backend: str | None, timeout_s: float, use_gpu: bool, num_threads: int,
-              init_hook=None) -> dict:
+    def setup(self, rank: int, world_size: int, layout: Layout, use_gpu: bool, num_threads: int,
+              dist_args: tuple | None, init_hook=None) -> dict:
+        """Rank variables and threads; then, with ``dist_args`` (master address and port, init
+        method, backend, timeout), the torch process group. None: no torch (DataParallelTrainer)."""
         self.rank = rank
-        env = {"RANK": rank, "WORLD_SIZE": world_size, "MASTER_ADDR": master_addr, "MASTER_PORT": master_port}
-        os.environ.update({k: str(v) for k, v in env.items()})
+        os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size)})
         os.environ.update(layout.env())
         if num_threads > 0:   # as Ray does: one intra-op thread per CPU the worker holds
             os.environ["OMP_NUM_THREADS"] = str(num_threads)
+        device, backend = (f"cuda:{assigned_cuda_index()}" if use_gpu else "cpu"), None
+        if dist_args is not None:
+            device, backend = self._join(rank, world_size, use_gpu, num_threads, *dist_args)
+        if init_hook is not None:
+            init_hook()
+        return {"rank": rank, "pid": os.getpid(), "device": device, "backend": backend,
+                "gpu_ids": ray.get_runtime_context().get_accelerator_ids().get("GPU", [])}
+
+    def _join(self, rank: int, world_size: int, use_gpu: bool, num_threads: int, master_addr: str,
+              master_port: int, init_method: str, backend: str | None, timeout_s: float) -> tuple[str, str]:
+        os.environ.update({"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
         import torch
         import torch.distributed as dist
         if num_threads > 0:
@@ -94,10 +107,7 @@ class _TrainWorker:
         use_loopback(init_method)
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s))
-        if init_hook is not None:
-            init_hook()
-        return {"rank": rank, "pid": os.getpid(), "device": device, "backend": backend,
-                "gpu_ids": ray.get_runtime_context().get_accelerator_ids().get("GPU", [])}
+        return device, backend
 
     def run(self, train_func, config, info: session.SessionInfo):
         session._start(info)
@@ -150,14 +160,14 @@ def wait_all(refs: list, what: str, request: dict | None = None) -> list:
 
 
 class WorkerGroup:
-    """``num_workers`` actors, each with ``request`` ({num_cpus, num_gpus, resources})."""
+    """``num_workers`` actors, each with ``request`` ({num_cpus, num_gpus, resources}), joined in a
+    torch process group when ``torch_config`` is given."""
 
-    def __init__(self, num_workers: int, request: dict, use_gpu: bool, backend: str | None, timeout_s: float):
+    def __init__(self, num_workers: int, request: dict, use_gpu: bool, torch_config: TorchConfig | None):
         self.num_workers = num_workers
         self.request = request
         self.use_gpu = use_gpu
-        self.backend = backend
-        self.timeout_s = timeout_s
+        self.torch_config = torch_config
         self.workers: list = []          # in rank order once started
         self.group = None                # the placement group reserving their resources
         self.rendezvous: Rendezvous | None = None
@@ -192,15 +202,19 @@ class WorkerGroup:
                       for i in range(self.num_workers)]
         workers = [WorkerActor.options(**opts, **place).remote() for place in places]
         self.workers = workers
-        self.rendezvous = Rendezvous()
-        places = wait_all([w.node.remote(self.rendezvous.directory) for w in workers], what, self.request)
+        tc = self.torch_config
+        self.rendezvous = Rendezvous() if tc is not None else None
+        places = wait_all([w.node.remote(self.rendezvous.directory if tc is not None else "") for w in workers],
+                          what, self.request)
         order, self.layouts = layouts([node for node, _, _, _ in places])
         self.workers = [workers[i] for i in order]
-        _, addr, port, _ = places[order[0]]
-        init_method = self.rendezvous.init_method([(node, seen) for node, _, _, seen in places])
+        dist_args = None
+        if tc is not None:
+            _, addr, port, _ = places[order[0]]
+            init_method = self.rendezvous.init_method([(node, seen) for node, _, _, seen in places])
+            dist_args = (addr, port, init_method, tc.backend, tc.timeout_s)
         threads = max(1, int(self.request["num_cpus"]))
-        refs = [w.setup.remote(rank, self.num_workers, layout, addr, port, init_method, self.backend,
-                               self.timeout_s, self.use_gpu, threads, init_hook)
+        refs = [w.setup.remote(rank, self.num_workers, layout, self.use_gpu, threads, dist_args, init_hook)
                 for rank, (w, layout) in enumerate(zip(self.workers, self.layouts))]
         self.infos = wait_all(refs, what, self.request)
         gpus = [tuple(i["gpu_ids"]) for i in self.infos]

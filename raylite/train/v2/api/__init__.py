@@ -1,0 +1,1 @@
+"""``ray.train.v2.api``: see ``raylite.train.v2``."""
