@@ -256,3 +256,22 @@ def test_tune_report_callback_under_tune_run(runtime, tmp_path, workers):
     trial = analysis.trials[0]
     assert trial.last_result["loss"] > 0
     assert trial.last_result["training_iteration"] == 3   # one report per validation, none in sanity check
+
+
+def test_get_tune_resources_bundles_and_a_raystrategy_trial(runtime, tmp_path):
+    from raylite import tune
+    from raylite.plugins import TuneReportCallback
+    from raylite.plugins.tune import TuneReportCallback as Reexported
+    from raylite.plugins.tune import get_tune_resources
+    assert Reexported is TuneReportCallback
+    pgf = get_tune_resources(num_workers=2, num_cpus_per_worker=2)   # ray_lightning's: a head + a bundle per worker
+    assert pgf == tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}, {"CPU": 2}], strategy="PACK")
+    with pytest.warns(PendingDeprecationWarning):
+        assert get_tune_resources(cpus_per_worker=3).bundles == [{"CPU": 1}, {"CPU": 3}]
+    with pytest.raises(ValueError, match="max_concurrent_trials"):
+        get_tune_resources(num_workers=2, use_gpu=True)   # the trial would hold its workers' GPUs
+    # The trial holds both CPUs and lends them to its RayStrategy worker while it waits for it.
+    analysis = tune.run(_lightning_trainable, config={"lr": 0.05, "workers": 1}, num_samples=1,
+                        resources_per_trial=get_tune_resources(num_workers=1), metric="loss", mode="min",
+                        storage_path=str(tmp_path), verbose=0)
+    assert analysis.trials[0].last_result["training_iteration"] == 3

@@ -6,7 +6,8 @@
 * ``RayShardedStrategy(...)``: the same with torch FSDP.
 * ``RayEnvironment()``: ``pl.Trainer(strategy="ddp", plugins=[RayEnvironment()])`` inside a
   ``raylite.train.Trainer`` worker: joins the workers raylite started instead of spawning.
-* ``TuneReportCallback`` / ``TuneReportCheckpointCallback``: Lightning metrics to ``tune.report``.
+* ``TuneReportCallback`` / ``TuneReportCheckpointCallback``: Lightning metrics to ``tune.report``;
+  ``raylite.plugins.tune`` (ray_lightning.tune) has them too, with ``get_tune_resources``.
 * ``RayPlugin`` / ``RayShardedPlugin``: ray_lightning's names for the two strategies. Lightning 2.x
   takes strategies only as ``strategy=``: ``plugins=[RayPlugin(...)]`` becomes ``strategy=RayPlugin(...)``.
 * ``release_workers()``: stop the worker groups kept warm between fits.
