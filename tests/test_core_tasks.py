@@ -769,3 +769,37 @@ def test_tqdm_ray_prints_status_lines_from_tasks(ray_start, read_output):
     lines = [line for line in err.splitlines() if tag in line]
     assert lines[0].startswith(f"(work pid={pid}) {tag}:  17% 1/6 it") and f"{tag}: 100% 6/6 it" in lines[5]
     assert lines[-1].startswith(f"(work pid={pid}) manual-{tag}:  75% 3/4 batch") and len(lines) == 7
+
+
+def test_arguments_are_checked_against_the_signature_at_remote(ray_start):
+    """As in Ray: a call that cannot bind is a TypeError at .remote(), before anything runs."""
+    @ray.remote
+    def sample(count, *, seed=0):
+        return count + seed
+
+    @ray.remote
+    class Holder:
+        def __init__(self, value):
+            self.value = value
+
+        def add(self, amount, /):
+            return self.value + amount
+
+    @ray.remote
+    class Empty:
+        pass
+
+    calls = {"sample.remote(): missing a required argument: 'count'": lambda: sample.remote(),
+             "sample.remote(): too many positional arguments": lambda: sample.remote(1, 2),
+             "sample.remote(): got an unexpected keyword argument 'counts'": lambda: sample.remote(counts=1),
+             "Holder.remote(): missing a required argument: 'value'": lambda: Holder.remote(),
+             "Empty.remote(): too many positional arguments": lambda: Empty.remote(1),
+             "Holder.add.remote(): 'amount' parameter is positional only, but was passed as a keyword":
+             lambda: holder.add.remote(amount=1)}
+    holder = Holder.remote(10)
+    for message, call in calls.items():
+        with pytest.raises(TypeError) as excinfo:
+            call()
+        assert str(excinfo.value) == message
+    assert ray.get([sample.remote(1), sample.remote(count=2, seed=1), holder.add.remote(5),
+                    sample.options(name="renamed").remote(3)]) == [1, 3, 15, 3]

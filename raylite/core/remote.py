@@ -5,7 +5,7 @@ import os
 import warnings
 
 from raylite import exceptions
-from raylite.core import context, objects, ray_backend, runtime_env, serialization, streams
+from raylite.core import context, objects, ray_backend, runtime_env, serialization, signatures, streams
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import ArgRef, TaskSpec
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
@@ -264,6 +264,7 @@ class RemoteFunction:
         self._bytes: bytes | None = None
         self._returns = _default_returns(function)
         self._retry_on = _retry_on(self._options.get("retry_exceptions", False))
+        self._arity = signatures.arity(function)
         self.__doc__ = getattr(function, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
@@ -290,6 +291,9 @@ class RemoteFunction:
             return process.ray.submit(self, self._function, args, kwargs, options)
         request = self._request if options is self._options else _request(options, 1.0)
         name = options.get("name") or self._name
+        shape = self._arity   # checked as Ray does; inline, the common call costs two comparisons
+        if shape is not None and (kwargs or not shape[0] <= len(args) <= shape[1] or shape[4]):
+            signatures.check(shape, args, kwargs, self._name)
         if self._bytes is None:
             self._bytes = _pickled(self._function, f"function {self._name}")
         return_ids, stream = _returns(options.get("num_returns", self._returns))
@@ -378,6 +382,9 @@ class ActorClass:
         self._fn_id = os.urandom(8).hex()
         self._bytes: bytes | None = None
         self._meta = (self._name, _methods(cls))
+        self._arities = {name: signatures.method_arity(cls, name) for name in self._meta[1]}
+        self._init_arity = (signatures.method_arity(cls, "__init__") if cls.__init__ is not object.__init__
+                            else (0, 0, (), (), (), False))
         self._call_options = _call_options(cls)
         # an async actor runs up to 1000 calls at once unless told otherwise, as in Ray
         self._async_default = ASYNC_DEFAULT_CONCURRENCY if has_async_methods(cls) else 0
@@ -413,7 +420,8 @@ class ActorClass:
         args_ser, deps = _pack_args(self._name, args, kwargs, client.shm_prefix)
         restarts = options.get("max_restarts") or 0
         concurrency = options.get("max_concurrency") or self._async_default
-        meta = (*self._meta, options.get("max_pending_calls") or -1, self._call_options)
+        signatures.check(self._init_arity, args, kwargs, self._name)
+        meta = (*self._meta, options.get("max_pending_calls") or -1, self._call_options, self._arities)
         spec = TaskSpec("actor_create", next_id(), self._name, args_ser, deps, (), self._fn_id, None, request,
                         max_retries=options.get("max_task_retries") or 0, actor_id=0,
                         actor_name=None if name is None else (options.get("namespace"), name),
@@ -440,7 +448,7 @@ class ActorHandle(metaclass=BackendType):
 
     def __init__(self, actor_id: int, meta: tuple, _tracked: bool = False):
         self._actor_id = actor_id
-        self._class_name, self._methods, self._max_pending, self._call_options = meta
+        self._class_name, self._methods, self._max_pending, self._call_options, self._arities = meta
         self._tracked = _tracked
         self._pending: list[ObjectRef] = []   # with max_pending_calls: a ref per call not known done
 
@@ -456,7 +464,7 @@ class ActorHandle(metaclass=BackendType):
         if not objects.record(self._actor_id) and process.client is not None:
             process.client.pin(self._actor_id)
         return (_borrowed_handle, (self._actor_id, (self._class_name, self._methods, self._max_pending,
-                                                    self._call_options)))
+                                                    self._call_options, self._arities)))
 
     def _admit(self, client, name: str) -> None:
         """max_pending_calls: refuse a call while this handle has that many unfinished."""
@@ -511,6 +519,9 @@ class ActorMethod:
         client = _client()
         handle = self._handle
         name = f"{handle._class_name}.{self._name}"
+        shape = handle._arities.get(self._name)
+        if shape is not None and (kwargs or not shape[0] <= len(args) <= shape[1] or shape[4]):
+            signatures.check(shape, args, kwargs, name)
         if handle._max_pending > 0:
             handle._admit(client, name)
         return_ids, stream = _returns(options.get("num_returns", self._num_returns))
