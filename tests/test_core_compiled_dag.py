@@ -145,3 +145,39 @@ def test_a_graph_that_returns_none(ray_start):
         compiled = Sink.remote().take.bind(inp).experimental_compile()
     assert ray.get(compiled.execute(1)) is None
     assert ray.get([compiled.execute(2), compiled.execute(3)]) == [None, None]
+
+
+def test_compile_waits_for_the_actors_constructors(ray_start, tmp_path):
+    """As Ray's: a slow constructor (a model loading) delays compile, not the first execution's
+    get (which has RAY_CGRAPH_get_timeout); one that raised fails compile."""
+    import time
+
+    @ray.remote
+    class Slow:
+        def __init__(self, seconds):
+            time.sleep(seconds)
+
+        def echo(self, x):
+            return x
+
+    @ray.remote
+    class Broken:
+        def __init__(self):
+            raise RuntimeError("no model")
+
+        def echo(self, x):
+            return x
+
+    slow = Slow.remote(1.5)
+    with InputNode() as inp:
+        dag = slow.echo.bind(inp)
+    started = time.monotonic()
+    compiled = dag.experimental_compile()
+    assert time.monotonic() - started >= 1.0
+    assert ray.get(compiled.execute(7), timeout=0.5) == 7
+    assert ray.get(slow.__ray_ready__.remote()) is True   # Ray's "constructor done" call
+    broken = Broken.remote()
+    with InputNode() as inp:
+        dag = broken.echo.bind(inp)
+    with pytest.raises(ray.exceptions.ActorDiedError, match="no model"):
+        dag.experimental_compile()

@@ -456,8 +456,8 @@ class ActorHandle(metaclass=BackendType):
         methods = self.__dict__.get("_methods", {})
         if name in methods:
             return ActorMethod(self, name, methods[name])
-        if name == "__ray_terminate__":   # Ray's graceful end: after the calls queued before it
-            return ActorMethod(self, name, 1)
+        if name in ("__ray_terminate__", "__ray_ready__"):   # Ray's graceful end (after the calls queued
+            return ActorMethod(self, name, 1)                 # before it), and its "constructor done?"
         raise AttributeError(f"'{self.__dict__.get('_class_name', 'Actor')}' actor has no method {name!r}")
 
     def __reduce__(self):   # counted like a nested ObjectRef (see raylite.core.objects)

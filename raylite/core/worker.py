@@ -413,6 +413,8 @@ class _Executor:
                                                 + (f": its constructor raised {self.init_error}" if self.init_error else ""))
             if spec.method == "__ray_terminate__":
                 raise ActorExit("it was terminated by __ray_terminate__")
+            if spec.method == "__ray_ready__":   # the constructor has run (a call waits for it)
+                return True
             result = getattr(self.actor, spec.method)(*args, **kwargs)
         return result
 

@@ -31,6 +31,7 @@ class CompiledDAG:
         self._order = _order(root)
         self._root = root
         self._check()
+        self._wait_for_actors()
         self._enable_asyncio = enable_asyncio
         self._max_inflight = MAX_INFLIGHT if _max_inflight_executions is None else _max_inflight_executions
         self._submitted = 0      # executions so far
@@ -61,6 +62,13 @@ class CompiledDAG:
                              "or kwargs.")
         self._positional = 1 if direct else (max(positional) + 1 if positional else 0)
         self._keywords = tuple(sorted(keywords))
+
+    def _wait_for_actors(self) -> None:
+        """As Ray's compile (which sets up its channels on every actor), return once each actor's
+        constructor has run, so executions are not timed by a slow one; a failed one raises here."""
+        from raylite.core import api
+        handles = {id(n._actor): n._actor for n in self._order if isinstance(n, ClassMethodNode)}
+        api.get([handle.__ray_ready__.remote() for handle in handles.values()])
 
     def _check_inputs(self, args: tuple, kwargs: dict) -> None:
         if len(args) != self._positional:
