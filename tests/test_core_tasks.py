@@ -11,6 +11,7 @@ get_runtime_context() inside tasks; worker stdout/stderr prefixed like Ray.
 import math
 import os
 import re
+import subprocess
 import sys
 import time
 import uuid
@@ -680,7 +681,7 @@ def test_logging_config_sets_up_the_workers_root_logger(ray_init, read_output):
     @ray.remote
     def logs(tag):
         logging.getLogger("my.module").info(f"quiet {tag}")
-        logging.getLogger("my.module").warning(f"loud {tag}")
+        logging.getLogger("my.module").warning(f"loud {tag}", extra={"username": "anyscale"})
 
     root = logging.getLogger()
     try:
@@ -692,11 +693,26 @@ def test_logging_config_sets_up_the_workers_root_logger(ray_init, read_output):
     line = next(line for line in err.splitlines() if f"loud {tag}" in line)
     record = json.loads(line.split(") ", 1)[1])
     assert record["levelname"] == "WARNING" and record["name"] == "my.module" and record["task_name"] == "logs"
+    assert record["username"] == "anyscale" and record["task_func_name"] == f"{__name__}.logs"   # as Ray's
     assert record["job_id"] == ray.get_runtime_context().get_job_id()
     with pytest.raises(ValueError, match="encoding=.XML."):
         ray.LoggingConfig(encoding="XML")
     with pytest.raises(ValueError, match="log_level='LOUD'"):
         ray.LoggingConfig(log_level="LOUD")
+
+
+def test_logging_config_from_rays_environment_variable(tmp_path):
+    """RAY_LOGGING_CONFIG_ENCODING=JSON stands for init(logging_config=LoggingConfig(encoding="JSON"))."""
+    import json
+    script = tmp_path / "job.py"
+    script.write_text("import logging, raylite as ray\n"
+                      "ray.init(num_cpus=1)\n"
+                      "logging.getLogger().info('from the driver')\n"
+                      "ray.shutdown()\n")
+    env = {**os.environ, "RAY_LOGGING_CONFIG_ENCODING": "JSON"}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    line = next(line for line in done.stderr.splitlines() if "from the driver" in line)
+    assert json.loads(line)["message"] == "from the driver"
 
 
 def test_progress_bar_output_shows_its_last_drawing(ray_start, read_output):

@@ -89,6 +89,9 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             node_labels = labels_of_node(node_id, labels)   # (checked before anything starts)
             if namespace is not None and (not isinstance(namespace, str) or not namespace):
                 raise ValueError(f"namespace must be a non-empty string (or None), got namespace={namespace!r}")
+            if logging_config is None and os.environ.get("RAY_LOGGING_CONFIG_ENCODING"):   # Ray's other way
+                from raylite.core.logging_config import LoggingConfig
+                logging_config = LoggingConfig(encoding=os.environ["RAY_LOGGING_CONFIG_ENCODING"])
             if logging_config is not None:
                 from raylite.core.logging_config import LoggingConfig
                 if not isinstance(logging_config, LoggingConfig):

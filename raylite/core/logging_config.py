@@ -55,10 +55,16 @@ def _context() -> dict:
     ctx = get_runtime_context()
     out = {"job_id": ctx.get_job_id(), "worker_id": ctx.get_worker_id(), "node_id": ctx.get_node_id()}
     for key, value in (("actor_id", ctx.get_actor_id()), ("task_id", ctx.get_task_id()),
-                       ("task_name", ctx.get_task_name())):
+                       ("actor_name", ctx.get_actor_name() or None), ("task_name", ctx.get_task_name()),
+                       ("task_func_name", ctx.get_task_function_name())):
         if value is not None:
             out[key] = value
     return out
+
+
+def _extra(record) -> dict:
+    """What the call added with ``extra={...}`` (Ray writes those fields too)."""
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
 
 
 class _Formatter:
@@ -71,6 +77,7 @@ class _Formatter:
 
     def format(self, record) -> str:
         fields = {a: getattr(record, a, None) for a in self.extra}
+        fields.update(_extra(record))
         fields.update(_context())
         fields["timestamp_ns"] = time.time_ns()
         if self.encoding == "TEXT":
