@@ -181,3 +181,15 @@ def test_compile_waits_for_the_actors_constructors(ray_start, tmp_path):
         dag = broken.echo.bind(inp)
     with pytest.raises(ray.exceptions.ActorDiedError, match="no model"):
         dag.experimental_compile()
+
+
+def test_type_hints_import_from_rays_path_and_change_nothing_here(ray_start):
+    from raylite.experimental.channel.torch_tensor_type import TorchTensorType
+    Echo = _echo_class()
+    a = Echo.remote()
+    with InputNode() as inp:
+        dag = a.echo.bind(inp).with_type_hint(TorchTensorType(transport=TorchTensorType.ACCELERATOR))
+    compiled = dag.experimental_compile()
+    assert ray.get(compiled.execute(3)) == 3
+    with pytest.raises(ValueError, match="transport="):
+        TorchTensorType(transport="pigeon")
