@@ -20,8 +20,10 @@ import shutil
 import socket
 import tempfile
 import time
+import warnings
 
 import raylite as ray
+from raylite.tune.trial_env import trial_process
 
 BLOCK_EVERY_S = 0.05
 CHECKPOINT_META = ".tune_checkpoint.json"
@@ -142,6 +144,7 @@ def trial_checkpoints(trial_dir: str) -> list[tuple[int, Checkpoint]]:
 class _Session:
     def __init__(self, info: dict):
         self.trial_id = info["trial_id"]
+        self.trial_name = info.get("trial_name", self.trial_id)
         self.trial_dir = info["trial_dir"]
         self.hub = info["hub"]
         self.attempt = info["attempt"]
@@ -171,19 +174,27 @@ class _Session:
 
 
 _session: _Session | None = None
+_warned: set[str] = set()
 
 
-def _current() -> _Session:
-    if _session is None:
-        raise RuntimeError("tune.report()/get_checkpoint() can only be called inside a trial run by tune.run()")
-    return _session
+def _outside(name: str, default=None):
+    """What a session function returns outside a trial: as Ray's `_warn_session_misuse`, a warning
+    (once per function) and `default`, so code written for a trial also runs on its own."""
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"`{name}` is meant to only be called inside a function that is executed by a Tuner "
+                      f"or Trainer. Returning `{default}`.", stacklevel=3)
+    return default
 
 
 def report(metrics: dict | None = None, *, checkpoint=None, **kwargs) -> None:
     """Report one iteration's metrics (`report({"loss": l})`, or the 1.x form `report(loss=l)`),
     optionally with a checkpoint. Adds `training_iteration`, `time_this_iter_s`, `time_total_s`.
-    Raises `StopTrial` (ending the trainable) when the driver stopped this trial."""
-    s = _current()
+    Raises `StopTrial` (ending the trainable) when the driver stopped this trial; outside a trial
+    it warns and does nothing."""
+    s = _session
+    if s is None:
+        return _outside("report")
     if metrics is None:
         metrics = kwargs
     elif kwargs:
@@ -220,19 +231,27 @@ def report(metrics: dict | None = None, *, checkpoint=None, **kwargs) -> None:
 
 def get_checkpoint() -> Checkpoint | None:
     """The checkpoint to resume from: the latest this trial reported, or the one it restarted from."""
-    return _current().checkpoint
+    return _session.checkpoint if _session is not None else _outside("get_checkpoint")
 
 
-def get_trial_id() -> str:
-    return _current().trial_id
+def get_trial_id() -> str | None:
+    return _session.trial_id if _session is not None else _outside("get_trial_id")
 
 
-def get_trial_dir() -> str:
-    return _current().trial_dir
+def get_trial_name() -> str | None:
+    return _session.trial_name if _session is not None else _outside("get_trial_name")
 
 
-def get_trial_resources() -> dict:
-    return dict(_current().resources)
+def get_trial_dir() -> str | None:
+    return _session.trial_dir if _session is not None else _outside("get_trial_dir")
+
+
+def get_experiment_name() -> str | None:
+    return _session.experiment_name if _session is not None else _outside("get_experiment_name")
+
+
+def get_trial_resources() -> dict | None:
+    return dict(_session.resources) if _session is not None else _outside("get_trial_resources")
 
 
 def in_session() -> bool:
@@ -241,22 +260,14 @@ def in_session() -> bool:
 
 
 class TuneContext:
-    """`tune.get_context()` (Ray 2.x): who the running trial is and where its files go."""
+    """`tune.get_context()` (Ray 2.x): who the running trial is and where its files go. Outside a
+    trial its getters warn and return None (the ranks and sizes: 0 and 1), as in Ray."""
 
-    def get_trial_id(self) -> str:
-        return _current().trial_id
-
-    def get_trial_name(self) -> str:
-        return _current().trial_id   # raylite names trial directories by trial id
-
-    def get_trial_dir(self) -> str:
-        return _current().trial_dir
-
-    def get_experiment_name(self) -> str:
-        return _current().experiment_name
-
-    def get_trial_resources(self) -> dict:
-        return dict(_current().resources)
+    get_trial_id = staticmethod(get_trial_id)
+    get_trial_name = staticmethod(get_trial_name)
+    get_trial_dir = staticmethod(get_trial_dir)
+    get_experiment_name = staticmethod(get_experiment_name)
+    get_trial_resources = staticmethod(get_trial_resources)
 
     def get_world_rank(self) -> int:
         return 0
@@ -275,7 +286,7 @@ class TuneContext:
 
 
 def get_context() -> TuneContext:
-    """The running trial's context; its getters raise outside a trial."""
+    """The running trial's context."""
     return TuneContext()
 
 
@@ -288,9 +299,10 @@ def _node_ip() -> str:
 
 
 def run_trial(trainable, config: dict, info: dict, shared: dict | None = None) -> dict:
-    """The task body: run the function trainable with a session installed. `info` is the trial's
-    own (id, directory, attempt, checkpoint; a gate if it was submitted ahead), `shared` what every
-    trial of the experiment gets alike (hub, resources, stop thresholds)."""
+    """The task body: run the function trainable with a session installed, in its trial directory
+    (trial_env.py). `info` is the trial's own (id, name, directory, attempt, checkpoint; a gate if
+    it was submitted ahead), `shared` what every trial of the experiment gets alike (hub,
+    resources, stop thresholds, whether to change directory, log files)."""
     global _session
     if shared:
         info = {**shared, **info}
@@ -302,12 +314,13 @@ def run_trial(trainable, config: dict, info: dict, shared: dict | None = None) -
     wants_dir = info["checkpoint_dir_arg"] if "checkpoint_dir_arg" in info else wants_checkpoint_dir(trainable)
     stopped = False
     try:
-        if wants_dir:
-            out = trainable(config, checkpoint_dir=s.checkpoint.path if s.checkpoint else None)
-        else:
-            out = trainable(config)
-        if isinstance(out, dict) and out:
-            report(out)   # a returned dict is the last result, as in Ray
+        with trial_process(s.trial_dir, info.get("chdir", True), info.get("log_files")):
+            if wants_dir:
+                out = trainable(config, checkpoint_dir=s.checkpoint.path if s.checkpoint else None)
+            else:
+                out = trainable(config)
+            if isinstance(out, dict) and out:
+                report(out)   # a returned dict is the last result, as in Ray
     except StopTrial:
         stopped = True
     finally:
