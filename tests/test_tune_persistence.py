@@ -43,7 +43,8 @@ def test_experiment_directory_layout_and_reload(ray2, tmp_path):
     meta = json.loads((exp / "experiment_state.json").read_text())
     assert meta["metric"] == "loss" and meta["status"] == "finished" and meta["total_trials"] == 3
     for t in a.trials:
-        d = exp / t.trial_id
+        d = exp / os.path.basename(t.path)   # Ray's <trainable>_<trial id>_<tag>_<date>
+        assert d.name.startswith(f"checkpointing_{t.trial_id}_{t.index}_x={t.config['x']:g}_") and t.path == str(d)
         assert json.loads((d / "params.json").read_text()) == t.config
         state = json.loads((d / "trial.json").read_text())
         assert state["status"] == "TERMINATED" and state["last_result"]["training_iteration"] == 4
@@ -214,13 +215,13 @@ def test_resume_after_driver_sigkill(tmp_path, driver_process):
         if (d / "trial.json").exists():
             state = json.loads((d / "trial.json").read_text())
             if state["status"] == "TERMINATED":
-                finished_at_kill.add(d.name)
+                finished_at_kill.add(state["trial_id"])
             steps = [int(p.name.split("_")[1]) for p in d.iterdir()
                      if p.name.startswith("checkpoint_") and (p / ".tune_checkpoint.json").exists()]
             recorded = len((d / "result.json").read_text().splitlines()) if (d / "result.json").exists() else 0
             usable = [s for s in steps if s <= recorded + 1]   # with every earlier result on disk
             if usable and state["status"] != "TERMINATED":
-                checkpoint_at_kill[d.name] = max(usable)
+                checkpoint_at_kill[state["trial_id"]] = max(usable)
     assert len(finished_at_kill) >= 3
     first_pids = {int(m.split("-")[3]) for m in os.listdir(markers)}
     deadline = time.monotonic() + 15      # the killed driver's workers exit on their own

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from raylite.train.config import CheckpointConfig
 from raylite.tune.analysis import ExperimentAnalysis
@@ -9,6 +10,7 @@ from raylite.train.config import check_fail_fast
 from raylite.tune.search import BasicVariantGenerator, Searcher, unwrap_limiter
 from raylite.tune.schedulers import as_scheduler
 from raylite.tune.trial import ERROR
+from raylite.tune.trial_env import log_files
 
 
 class TuneError(Exception):
@@ -32,12 +34,17 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
         storage_path: str | None = None, name: str | None = None, resume: bool | str = False, max_failures: int = 0,
         raise_on_failed_trial: bool = True, verbose: int = 1, callbacks: list | None = None,
         local_dir: str | None = None, checkpoint_config: CheckpointConfig | None = None,
-        fail_fast: bool | str = False) -> ExperimentAnalysis:
+        fail_fast: bool | str = False, log_to_file: bool | str | tuple = False,
+        trial_name_creator: Callable | None = None, trial_dirname_creator: Callable | None = None,
+        reuse_actors: bool | None = None) -> ExperimentAnalysis:
     """Run `trainable(config)` for every sampled config; returns an ExperimentAnalysis.
 
     The trainable calls `tune.report({...})` once per iteration (and may pass `checkpoint=`);
     `checkpoint_config=tune.CheckpointConfig(num_to_keep=N, ...)` bounds how many each trial keeps.
     `fail_fast=True` stops the experiment at the first trial error; `"raise"` also raises it.
+    `log_to_file` also writes each trial's stdout/stderr into its directory (Ray's forms);
+    `trial_name_creator`/`trial_dirname_creator` name trials (`trial -> str`) as in Ray;
+    `reuse_actors` has no effect: trials are tasks on raylite's reused worker processes.
     See README "Hyperparameter search (raylite.tune)" for every argument.
     """
     from raylite.tune.runner import TrialRunner
@@ -49,6 +56,10 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     if checkpoint_config is not None:
         checkpoint_config.check_function_trainable("a function trainable")
     check_fail_fast(fail_fast, max_failures)
+    log_files(log_to_file)   # a ValueError for anything but Ray's forms, before any trial starts
+    for what, fn in (("trial_name_creator", trial_name_creator), ("trial_dirname_creator", trial_dirname_creator)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{what} must be a function trial -> str, got {type(fn).__name__}")
     resume, errored = parse_resume(resume)
     search_alg, max_concurrent_trials = unwrap_limiter(search_alg, max_concurrent_trials)
     search_alg = search_alg if search_alg is not None else BasicVariantGenerator()
@@ -60,7 +71,7 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     runner = TrialRunner(trainable, config, num_samples, normalize_resources(resources_per_trial), metric, mode,
                          search_alg, scheduler, stop, time_budget_s, max_concurrent_trials,
                          storage_path or local_dir, name, resume, max_failures, verbose, callbacks, checkpoint_config,
-                         fail_fast, errored)
+                         fail_fast, errored, trial_name_creator, trial_dirname_creator, log_to_file)
     analysis = runner.run()
     failed = [t for t in analysis.trials if t.status == ERROR]
     if failed and raise_on_failed_trial:

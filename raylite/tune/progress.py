@@ -70,13 +70,13 @@ class ProgressReporter:
             metric = ""
             if self.metric and self.metric in trial.last_result:
                 metric = f" {self.metric}={_fmt(trial.last_result[self.metric])}"
-            self._print(f"Trial {trial.trial_id} {what} after {trial.last_result.get('training_iteration', 0)} "
+            self._print(f"Trial {trial} {what} after {trial.last_result.get('training_iteration', 0)} "
                         f"iterations{metric}")
 
     def result_line(self, trial, result: dict) -> None:
         if self.verbose >= 3:
             shown = {k: v for k, v in result.items() if k not in ("timestamp", "pid", "trial_id")}
-            self._print(f"Result for {trial.trial_id}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
+            self._print(f"Result for {trial}: " + ", ".join(f"{k}={_fmt(v)}" for k, v in shown.items()))
 
     # ------------------------------------------------------------------ the table
     def status(self, runner, final: bool = False) -> str:
@@ -97,7 +97,7 @@ class ProgressReporter:
             lines.append(f"Waiting: {waiting}")
         best = current_best(runner)
         if best is not None:
-            lines.append(f"{'Best trial' if final else 'Best so far'}: {best.trial_id} {self.metric}={_fmt(best.last_result[self.metric])} "
+            lines.append(f"{'Best trial' if final else 'Best so far'}: {best} {self.metric}={_fmt(best.last_result[self.metric])} "
                          f"config={_short_config(best.config, self.param_names)}")
         shown = sorted(trials, key=lambda t: (_ORDER[t.status], t.index))
         rows = [self._row(runner, t) for t in shown[:MAX_ROWS]]
@@ -117,7 +117,7 @@ class ProgressReporter:
     def _row(self, runner, t) -> list[str]:
         flat = flatten(t.config)
         r = t.last_result
-        row = [t.trial_id, t.status, *(_fmt(flat.get(p, "")) for p in self.param_names),
+        row = [str(t), t.status, *(_fmt(flat.get(p, "")) for p in self.param_names),
                _fmt(r.get("training_iteration", "")), _fmt(r.get("time_total_s", ""))]
         if self.metric:
             row.append(_fmt(r.get(self.metric, "")))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import shutil
 import time
 import traceback
@@ -45,11 +46,13 @@ from raylite.tune.search import BasicVariantGenerator
 from raylite.tune.search_space import path_name
 from raylite.tune.storage import ExperimentStorage, StudyMirror, read_results, rewrite_results
 from raylite.tune.trial import ERROR, PENDING, RUNNING, TERMINATED, Trial
+from raylite.tune.trial_env import chdir_enabled, log_files
 
 STOP_GRACE_S = float(os.environ.get("RAYLITE_TUNE_STOP_GRACE_S", "2.0"))
 DRAIN_MIN_S, DRAIN_MAX_S = 0.02, 0.2
 QUEUE_AHEAD = True   # submit the next trial before a slot frees (see _prequeue)
 YIELD_S = 0.002      # how long the loop lets the node thread run when a queued trial takes a slot
+DIRNAME_MAX = int(os.environ.get("TUNE_MAX_LEN_IDENTIFIER", "130"))   # Ray's bound on a trial dirname's name part
 
 _trial_task = ray.remote(session.run_trial)
 _HubActor = ray.remote(num_cpus=0)(session.Hub)
@@ -61,7 +64,8 @@ class TrialRunner:
     def __init__(self, trainable, config, num_samples, resources_per_trial, metric, mode, search_alg, scheduler,
                  stop, time_budget_s, max_concurrent_trials, storage_path, name, resume, max_failures, verbose,
                  callbacks, checkpoint_config: CheckpointConfig | None = None, fail_fast: bool | str = False,
-                 errored: str | None = None):
+                 errored: str | None = None, trial_name_creator=None, trial_dirname_creator=None,
+                 log_to_file: bool | str | tuple = False):
         self.trainable, self.trainable_name = trainable, getattr(trainable, "__name__", "trainable")
         self.searcher = search_alg if search_alg is not None else BasicVariantGenerator()
         self.scheduler = as_scheduler(scheduler)
@@ -73,6 +77,8 @@ class TrialRunner:
         self.stop, self.time_budget_s = stop, time_budget_s
         self.max_concurrent, self.max_failures = max_concurrent_trials, max_failures
         self.callbacks = list(callbacks or [])
+        self.trial_name_creator, self.trial_dirname_creator = trial_name_creator, trial_dirname_creator
+        self.log_files = log_files(log_to_file)
         self.checkpoint_config = checkpoint_config
         self.fail_fast = fail_fast.upper() if isinstance(fail_fast, str) else fail_fast
         self.fail_error: BaseException | None = None   # fail_fast="raise": the first trial error, raised at the end
@@ -244,7 +250,8 @@ class TrialRunner:
             self.hub = _HubActor.remote()
             # what every trial gets alike, stored once: each launch then pickles only its own fields
             self.static_ref = ray.put({"hub": self.hub, "resources": dict(self.resources), "stop_at": self.stop_at,
-                                       "may_stop": self.may_stop,
+                                       "may_stop": self.may_stop, "chdir": chdir_enabled(),
+                                       "log_files": self.log_files,
                                        "checkpoint_dir_arg": session.wants_checkpoint_dir(self.trainable)})
             self.started_at = time.monotonic()
             self._loop()
@@ -370,7 +377,11 @@ class TrialRunner:
         config, ot = self.searcher.suggest(self.study, index)
         tid = f"{self.exp_tag}_{index:05d}"
         ot.set_user_attr("trial_id", tid)
-        trial = Trial(tid, index, config, self.storage.trial_dir(tid), self.resources)
+        trial = Trial(tid, index, config, "", self.resources, self.trainable_name)
+        trial.experiment_tag = self._experiment_tag(trial)
+        if self.trial_name_creator is not None:
+            trial.custom_trial_name = str(self.trial_name_creator(trial))
+        trial.path = self.storage.trial_dir(self._dirname(trial))
         trial.optuna = {"params": dict(ot.params), "number": ot.number,
                         "distributions": {k: distribution_to_json(v) for k, v in ot.distributions.items()}}
         trial.optuna_trial = ot
@@ -403,8 +414,9 @@ class TrialRunner:
         if trial.attempt > 1 or trial.restored:   # a retried or resumed trial restarts from its checkpoint
             self.storage.flush()
             ckpt = self._rewind(trial)
-        info = {"trial_id": trial.trial_id, "trial_dir": trial.path, "attempt": trial.attempt,
-                "checkpoint": ckpt.path if ckpt else None, "experiment_tag": self._experiment_tag(trial)}
+        info = {"trial_id": trial.trial_id, "trial_name": str(trial), "trial_dir": trial.path,
+                "attempt": trial.attempt, "checkpoint": ckpt.path if ckpt else None,
+                "experiment_tag": trial.experiment_tag or self._experiment_tag(trial)}
         if gate:
             info["gate"] = gate
         trial.ref = self.task.remote(self.trainable_ref, trial.config, info, self.static_ref)
@@ -423,6 +435,23 @@ class TrialRunner:
                 node = node[key] if isinstance(node, (dict, list)) else None
             parts.append(f"{path[-1]}={node:.4g}" if isinstance(node, float) else f"{path[-1]}={node}")
         return f"{trial.index}_{','.join(parts)}" if parts else str(trial.index)
+
+    def _dirname(self, trial: Trial) -> str:
+        """Ray's trial directory name, `<trial name>_<experiment tag>_<date>` (or the
+        trial_dirname_creator's, which must be a name, not a path), unique in the experiment."""
+        if self.trial_dirname_creator is None:   # unique: the trial id is in it
+            name = f"{trial}_{trial.experiment_tag}"[:DIRNAME_MAX] + f"_{datetime.now():%Y-%m-%d_%H-%M-%S}"
+            return re.sub(r'[/()<>:"\\|?*]', "_", name)
+        name = str(self.trial_dirname_creator(trial))
+        if os.sep in name or name in ("", ".", ".."):
+            raise ValueError(f"trial_dirname_creator returned {name!r}: a trial directory name must not be "
+                             f"empty or contain {os.sep!r}")
+        name = re.sub(r'[/()<>:"\\|?*]', "_", name)
+        taken = {t.path for t in self.trials}   # trials sharing a directory would overwrite each other's records
+        base, i = name, 1
+        while self.storage.trial_dir(name) in taken:
+            name, i = f"{base}_{i}", i + 1
+        return name
 
     def _started(self, trial: Trial, callbacks: bool = True) -> None:
         """The trial holds its resources from now on (launched, or its gate opened)."""

@@ -82,9 +82,14 @@ def _interned(d: dict) -> dict:
 
 
 class Trial:
-    def __init__(self, trial_id: str, index: int, config: dict, path: str, resources: dict):
+    """`str(trial)` is its name, Ray's `<trainable>_<trial_id>` unless a `trial_name_creator` gave one."""
+
+    def __init__(self, trial_id: str, index: int, config: dict, path: str, resources: dict,
+                 trainable_name: str = "trainable", experiment_tag: str = ""):
         self.trial_id, self.index, self.config, self.path = trial_id, index, config, path
         self.resources = resources
+        self.trainable_name, self.experiment_tag = trainable_name, experiment_tag
+        self.custom_trial_name: str | None = None
         self.status = PENDING
         self.last_result: dict = {}
         self.stats: dict[str, MetricStats] | MetricSummaries = {}   # the latter once compact()ed
@@ -201,15 +206,21 @@ class Trial:
     def is_finished(self) -> bool:
         return self.status in (TERMINATED, ERROR)
 
+    @property
+    def trial_name(self) -> str:
+        return self.custom_trial_name or f"{self.trainable_name}_{self.trial_id}"
+
     def __repr__(self) -> str:
-        return self.trial_id
+        return self.trial_name
 
     def __str__(self) -> str:
-        return self.trial_id
+        return self.trial_name
 
     # ------------------------------------------------------------------ persistence
     def to_state(self) -> dict:
         return {"trial_id": self.trial_id, "index": self.index, "status": self.status,
+                "trainable_name": self.trainable_name, "experiment_tag": self.experiment_tag,
+                "custom_trial_name": self.custom_trial_name,
                 "resources": self.resources, "last_result": self.last_result,
                 "stats": self.metric_analysis,
                 "num_failures": self.num_failures, "error_msg": self.error_msg,
@@ -221,7 +232,9 @@ class Trial:
 
     @classmethod
     def from_state(cls, state: dict, config: dict, path: str) -> Trial:
-        t = cls(state["trial_id"], state["index"], config, path, state.get("resources", {}))
+        t = cls(state["trial_id"], state["index"], config, path, state.get("resources", {}),
+                state.get("trainable_name", "trainable"), state.get("experiment_tag", ""))
+        t.custom_trial_name = state.get("custom_trial_name")
         t.status = state["status"]
         t.last_result = state.get("last_result") or {}
         t.stats = MetricSummaries({k: [s[key] for key in SUMMARY_KEYS] for k, s in (state.get("stats") or {}).items()})

@@ -12,8 +12,8 @@ settings are saved as `tuner.pkl` in the experiment directory so `Tuner.restore(
 can continue an interrupted experiment (`tune.run(..., resume=True)` underneath). The trainable
 may also be a raylite.train `TorchTrainer`, with `param_space={"train_loop_config": {...},
 "scaling_config": ScalingConfig(...)}`: one Train run per trial (trainer_trial.py).
-`RunConfig`, `FailureConfig` and `CheckpointConfig` are raylite.train's classes, as in Ray, where
-`ray.tune.RunConfig` is Ray Train's.
+`FailureConfig` and `CheckpointConfig` are raylite.train's classes; `RunConfig` is raylite.train's
+plus Tune's `log_to_file`, as Ray's `tune.RunConfig` extends its AIR one.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import raylite as ray
-from raylite.train.config import CheckpointConfig, FailureConfig, RunConfig
+from raylite.train.config import CheckpointConfig, FailureConfig, ScalingConfig
+from raylite.train.config import RunConfig as _TrainRunConfig
 from raylite.train.result import Result as _TrainResult
 from raylite.train.trainer import TorchTrainer
 from raylite.tune.analysis import ExperimentAnalysis
@@ -33,11 +34,13 @@ from raylite.tune.api import TuneError, _check_arguments, normalize_resources, r
 from raylite.tune.schedulers import as_scheduler
 from raylite.tune.search import Searcher
 from raylite.tune.session import Checkpoint, with_parameters
-from raylite.tune.storage import ExperimentStorage
+from raylite.tune.storage import ExperimentStorage, flatten
 from raylite.tune.trainer_trial import TrainerTrainable, default_concurrency, prepare_param_space
 from raylite.tune.trial import ERROR, TERMINATED, Trial
+from raylite.tune.trial_env import CHDIR_ENV, log_files
 
 TUNER_FILE = "tuner.pkl"
+_DEPRECATED = "DEPRECATED"   # Ray's marker for a deprecated field left unset
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 __all__ = ["CheckpointConfig", "FailureConfig", "PlacementGroupFactory", "Result", "ResultGrid", "RunConfig",
@@ -122,11 +125,28 @@ def split_resources(trainable: Callable, resources_per_trial: dict | PlacementGr
 
 # ---------------------------------------------------------------------------- configs
 @dataclass
+class RunConfig(_TrainRunConfig):
+    """Ray's `tune.RunConfig`: raylite.train's, plus `log_to_file` (each trial's stdout and stderr
+    also go to files in its directory: True -> `stdout` and `stderr`, a name -> both in that file,
+    a pair -> one file each). A Tuner takes raylite.train's RunConfig too."""
+
+    log_to_file: bool | str | tuple = False
+
+    def __post_init__(self):
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        log_files(self.log_to_file)
+
+
+@dataclass
 class TuneConfig:
-    """Ray's `TuneConfig`, its fields in its order; trial_name_creator, trial_dirname_creator and
-    chdir_to_trial_dir are refused (trials are named by trial id). `max_concurrent_trials` 0 or None: no limit;
-    `time_budget_s` may be a `datetime.timedelta`; `reuse_actors` is accepted and has no effect
-    (trials are tasks on raylite's reused worker processes)."""
+    """Ray's `TuneConfig`, its fields in its order. `max_concurrent_trials` 0 or None: no limit;
+    `time_budget_s` may be a `datetime.timedelta`; `trial_name_creator` / `trial_dirname_creator`
+    (`trial -> str`) name trials and their directories; `reuse_actors` is accepted and has no
+    effect (trials are tasks on raylite's reused worker processes). As in Ray, each trial runs in
+    its trial directory unless the environment sets `RAY_CHDIR_TO_TRIAL_DIR=0`; the deprecated
+    `chdir_to_trial_dir` is an error that says so."""
 
     mode: str | None = None
     metric: str | None = None
@@ -138,14 +158,17 @@ class TuneConfig:
     reuse_actors: bool = False
     trial_name_creator: Callable | None = None
     trial_dirname_creator: Callable | None = None
-    chdir_to_trial_dir: bool = False
+    chdir_to_trial_dir: bool | str = _DEPRECATED
 
     def __post_init__(self):
-        for name in ("trial_name_creator", "trial_dirname_creator", "chdir_to_trial_dir"):
-            if getattr(self, name):
-                raise NotImplementedError(f"TuneConfig({name}={getattr(self, name)!r}) is not supported: raylite.tune "
-                                          f"names each trial and its directory by trial id and never changes the "
-                                          f"working directory (use tune.get_context().get_trial_dir())")
+        if self.chdir_to_trial_dir != _DEPRECATED:   # Ray's error since 2.8
+            raise DeprecationWarning(f"`chdir_to_trial_dir` is deprecated. Use the {CHDIR_ENV} environment variable "
+                                     f"instead. Set it to 0 to disable the default behavior of changing the working "
+                                     f"directory.")
+        for name in ("trial_name_creator", "trial_dirname_creator"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"TuneConfig.{name} must be a function trial -> str, got {type(value).__name__}")
         if self.mode not in (None, "min", "max"):
             raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {self.mode!r}")
         if self.metric is not None and not isinstance(self.metric, str):
@@ -292,7 +315,7 @@ class Tuner:
             trainable = with_resources(TrainerTrainable(self._trainer), {"cpu": 0})
         run_config = RunConfig() if run_config is None else run_config
         _check_type("tune_config", tune_config, TuneConfig)
-        _check_type("run_config", run_config, RunConfig)
+        _check_type("run_config", run_config, _TrainRunConfig)
         failure_config = run_config.failure_config or FailureConfig()
         checkpoint_config = run_config.checkpoint_config or CheckpointConfig()
         _check_type("run_config.failure_config", failure_config, FailureConfig)
@@ -339,7 +362,8 @@ class Tuner:
                        storage_path=storage.root, name=storage.name, resume=self._resume,
                        max_failures=self._max_failures, raise_on_failed_trial=False, verbose=rc.verbose,
                        callbacks=rc.callbacks, checkpoint_config=rc.checkpoint_config,
-                       fail_fast=self._fail_fast)
+                       fail_fast=self._fail_fast, log_to_file=getattr(rc, "log_to_file", False),
+                       trial_name_creator=tc.trial_name_creator, trial_dirname_creator=tc.trial_dirname_creator)
         return ResultGrid(analysis)
 
     def get_results(self) -> ResultGrid:
