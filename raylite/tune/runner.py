@@ -166,7 +166,10 @@ class TrialRunner:
                              f"it, or another name (or storage_path)")
         direction = "maximize" if self.mode == "max" else "minimize"
         self.study = optuna.create_study(sampler=self.searcher.sampler, pruner=self.scheduler.make_pruner(),
-                                         direction=direction, study_name=self.name)
+                                         direction=direction, **self.searcher.study_args(self.name))
+        # a study in the user's storage (OptunaSearch(storage=...)) may hold this experiment's trials already
+        self.told = {t.user_attrs.get("trial_id") for t in self.study.get_trials(deepcopy=False)}
+        self.searcher.setup_study(self.study)
         self.mirror = StudyMirror(st.study_url, self.name, direction)   # its writer starts with a trial
         meta = st.load_meta() if existing else {}
         self.exp_tag = meta.get("exp_tag") or os.urandom(3).hex()[:5]
@@ -205,7 +208,8 @@ class TrialRunner:
             distributions={k: optuna.distributions.json_to_distribution(v) for k, v in o["distributions"].items()},
             intermediate_values={int(k): v for k, v in (o.get("intermediate") or {}).items()},
             system_attrs=o.get("system_attrs") or {}, user_attrs={"trial_id": t.trial_id})
-        self.study.add_trial(frozen)
+        if t.trial_id not in self.told:
+            self.study.add_trial(frozen)
         self.mirror.add(frozen)
 
     def _reopen_errored(self, t: Trial) -> None:

@@ -18,6 +18,7 @@ from typing import Callable
 
 from optuna import distributions as od
 from optuna import samplers
+from optuna.storages import BaseStorage
 
 from raylite.tune.search_space import Domain, SearchSpace, path_name
 
@@ -67,13 +68,18 @@ class Searcher:
         for path, value in grid.items():
             name, stored, dist = space.grid_param(path, value)
             fixed[name], dists[name] = stored, dist
-        if index < len(self.points_to_evaluate):
-            fixed.update(self._encode_point(self.points_to_evaluate[index]))
+        if index < len(self.points_to_run):
+            fixed.update(self._encode_point(self.points_to_run[index]))
         if fixed:
             study.enqueue_trial(fixed)
         trial = study.ask(dists)
         sampled = {name: trial.params[name] for name in dists}
         return space.resolve(grid, sampled), trial
+
+    @property
+    def points_to_run(self) -> list:
+        """The configs the first trials run (points_to_evaluate, in order)."""
+        return self.points_to_evaluate
 
     def restore(self, study, params: dict, distributions: dict):
         """An Optuna trial with the given params again (a resumed trial keeps its config)."""
@@ -93,20 +99,35 @@ class Searcher:
             out[name] = domains[name].encode(value)
         return out
 
+    def study_args(self, name: str) -> dict:
+        """`optuna.create_study` arguments besides sampler, pruner and direction."""
+        return {"study_name": name}
+
+    def setup_study(self, study) -> None:
+        """Called once the experiment's study exists, before the first trial is asked for."""
+
     def describe(self) -> str:
         return type(self).__name__
 
 
 class BasicVariantGenerator(Searcher):
     """Ray's default search: every grid point, `num_samples` times; other domains sampled at random
-    (Optuna's RandomSampler, seeded by `random_state`)."""
+    by Optuna's RandomSampler, seeded by `random_state` or, without one, from numpy's global random
+    state when the experiment starts (Ray draws from it too), so `np.random.seed(...)` before
+    `fit()` repeats the configs."""
 
     def __init__(self, random_state: int | None = None, points_to_evaluate=None):
         super().__init__(points_to_evaluate=points_to_evaluate)
         self.random_state = random_state
 
     def make_sampler(self):
-        return samplers.RandomSampler(seed=self.random_state)
+        seed = self.random_state
+        if seed is None:
+            import numpy as np
+            seed = int(np.random.randint(0, 2**31 - 1))
+        elif not isinstance(seed, int):   # a numpy Generator or RandomState, as Ray accepts
+            seed = int(seed.integers(0, 2**31 - 1) if hasattr(seed, "integers") else seed.randint(0, 2**31 - 1))
+        return samplers.RandomSampler(seed=seed)
 
     def describe(self) -> str:
         return "random search (Optuna RandomSampler)" + (" + grid" if self.space and self.space.grids else "")
@@ -118,14 +139,20 @@ class OptunaSearch(Searcher):
     `space` may be a dict of Optuna distributions (`{"lr": optuna.distributions.FloatDistribution(...)}`)
     instead of tune domains in `config`, or Ray's define-by-run function: `space(trial)` calls
     `trial.suggest_*` (names with "/" nest, "model/h1") and may return a dict of constants to add.
-    `points_to_evaluate` lists configs to try first.
+    `points_to_evaluate` lists configs to try first; with `evaluated_rewards` (their metric values,
+    one each) they are told to the sampler as finished trials instead of being run, as in Ray.
+    `storage` (an Optuna storage or its URL) and `study_name` (default "optuna" there) put the
+    experiment's study there, loaded if it exists, so its earlier trials inform the sampler; the
+    study then runs at that storage's speed. Without them the study is in memory (study.db gets a
+    copy).
     """
 
     allows_grid = False
     needs_metric = True
 
     def __init__(self, space: dict | Callable | None = None, metric: str | None = None, mode: str | None = None,
-                 points_to_evaluate=None, sampler: samplers.BaseSampler | None = None, seed: int | None = None):
+                 points_to_evaluate=None, sampler: samplers.BaseSampler | None = None, study_name: str | None = None,
+                 storage=None, seed: int | None = None, evaluated_rewards: list | None = None):
         if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
             raise NotImplementedError(f"OptunaSearch(metric={metric!r}, mode={mode!r}): multi-objective search is "
                                       f"not supported by raylite.tune; pass one metric and one mode")
@@ -135,12 +162,47 @@ class OptunaSearch(Searcher):
         if space is not None and not isinstance(space, dict) and not callable(space):
             raise TypeError(f"OptunaSearch(space=...) must be a dict of Optuna distributions or a define-by-run "
                             f"function of an Optuna trial, got {type(space).__name__}")
+        if storage is not None and not isinstance(storage, (str, BaseStorage)):
+            raise TypeError(f"OptunaSearch(storage=...) must be an optuna.storages.BaseStorage or a database URL, "
+                            f"got {type(storage).__name__}")
         self.define_by_run = space if callable(space) and not isinstance(space, dict) else None
+        if evaluated_rewards is not None:
+            if self.define_by_run is not None:
+                raise TypeError("Define-by-run function passed in `space` argument is not yet supported when using "
+                                "`evaluated_rewards`. Please provide an `OptunaDistribution` dict or pass a Ray Tune "
+                                "search space to `tune.Tuner()`.")
+            if len(evaluated_rewards) != len(self.points_to_evaluate):
+                raise ValueError(f"OptunaSearch: evaluated_rewards has {len(evaluated_rewards)} values for "
+                                 f"{len(self.points_to_evaluate)} points_to_evaluate; give one per point")
         self.optuna_space = None if self.define_by_run else space
         self.user_sampler, self.seed = sampler, seed
+        self.study_name, self.storage, self.evaluated_rewards = study_name, storage, evaluated_rewards
 
     def make_sampler(self):
         return self.user_sampler or samplers.TPESampler(seed=self.seed)
+
+    def study_args(self, name: str) -> dict:
+        if self.storage is None:
+            return {"study_name": self.study_name or name}
+        return {"study_name": self.study_name or "optuna", "storage": self.storage, "load_if_exists": True}
+
+    def setup_study(self, study) -> None:
+        """Tell the sampler the points already evaluated (Ray's `add_evaluated_point`), once per study."""
+        if not self.evaluated_rewards:
+            return
+        import optuna
+        dists = self.space.distributions()
+        known = {(tuple(sorted(t.params.items())), t.value) for t in study.get_trials(deepcopy=False)}
+        for point, reward in zip(self.points_to_evaluate, self.evaluated_rewards):
+            params = self._encode_point(point)
+            if (tuple(sorted(params.items())), reward) in known:   # a resumed experiment, or a persistent study
+                continue
+            study.add_trial(optuna.trial.create_trial(value=reward, params=params,
+                                                      distributions={k: dists[k] for k in params}))
+
+    @property
+    def points_to_run(self) -> list:
+        return [] if self.evaluated_rewards else self.points_to_evaluate   # with rewards: told, not run
 
     def set_search_space(self, config: dict | None) -> SearchSpace:
         if self.optuna_space:
