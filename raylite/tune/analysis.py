@@ -6,7 +6,7 @@ import os
 import warnings
 
 from raylite.tune.storage import ExperimentStorage, flatten, read_results
-from raylite.tune.trial import SUMMARY_KEYS, Trial
+from raylite.tune.trial import SUMMARY_KEYS, Trial, _number
 
 _SCOPES = ("last", "all", "avg", "last-5-avg", "last-10-avg")
 
@@ -78,7 +78,8 @@ class ExperimentAnalysis:
         """The trial's checkpoint reported with the best `metric` (its latest if none has it)."""
         from raylite.tune.session import Checkpoint
         metric, mode = metric or self.default_metric, mode or self.default_mode
-        scored = [(r[metric], p) for p, r in trial.checkpoints if metric and metric in r and os.path.isdir(p)]
+        scored = [(r[metric], p) for p, r in trial.checkpoints
+                  if metric and _number(r.get(metric)) and os.path.isdir(p)]
         if scored and mode:
             return Checkpoint((max if mode == "max" else min)(scored, key=lambda x: x[0])[1])
         existing = [p for p, _ in trial.checkpoints if os.path.isdir(p)]

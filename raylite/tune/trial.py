@@ -124,7 +124,7 @@ class Trial:
         name = result.get("checkpoint_dir_name")
         if name:
             self.checkpoint_path = os.path.join(self.path, name)
-            self.checkpoints.append((self.checkpoint_path, {k: v for k, v in result.items() if _number(v)}))
+            self.checkpoints.append((self.checkpoint_path, result))   # all of it, strings and nested too (Ray's)
 
     def drop_checkpoints(self, config: CheckpointConfig) -> list[str]:
         """Forget all but the `config.num_to_keep` best checkpoints (by `checkpoint_score_attribute`,

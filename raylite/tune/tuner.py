@@ -92,20 +92,38 @@ class _WithResources:
         return self.trainable(config, **kwargs)
 
 
-def with_resources(trainable: Callable, resources: dict | PlacementGroupFactory) -> Callable:
+def with_resources(trainable: Callable, resources: dict | PlacementGroupFactory | ScalingConfig) -> Callable:
     """Ray's `tune.with_resources`: the resources every trial of `trainable` holds, as a dict
-    (`{"cpu": 2, "gpu": 0.5, "custom": 1}`, the form of `tune.run(resources_per_trial=...)`) or a
-    `PlacementGroupFactory` (the sum of its bundles). Works with `Tuner` and `tune.run`, around or
-    inside `with_parameters`."""
+    (`{"cpu": 2, "gpu": 0.5, "custom": 1}`, the form of `tune.run(resources_per_trial=...)`), a
+    `PlacementGroupFactory` (the sum of its bundles) or a `ScalingConfig` (its trainer's bundle plus
+    its workers', as Ray's `as_placement_group_factory`). Works with `Tuner` and `tune.run`, around
+    or inside `with_parameters`."""
+    if isinstance(resources, ScalingConfig):
+        resources = _scaling_bundles(resources)
     if not isinstance(resources, (dict, PlacementGroupFactory)):
         if callable(resources):
             raise NotImplementedError(
                 "tune.with_resources(trainable, resources=<function>): resources chosen per config are not "
                 "supported (every trial of a raylite.tune experiment holds the same resources); pass a dict "
                 "like {'cpu': 2, 'gpu': 0.5} or a tune.PlacementGroupFactory")
-        raise TypeError(f"with_resources(resources=...) must be a dict like {{'cpu': 2, 'gpu': 0.5}} or a "
-                        f"tune.PlacementGroupFactory, got {type(resources).__name__}")
+        raise TypeError(f"with_resources(resources=...) must be a dict like {{'cpu': 2, 'gpu': 0.5}}, a "
+                        f"tune.PlacementGroupFactory or a ScalingConfig, got {type(resources).__name__}")
     return _WithResources(trainable, normalize_resources(resources, "with_resources(resources=...)"))
+
+
+def _scaling_bundles(sc: ScalingConfig) -> PlacementGroupFactory:
+    """Ray's `ScalingConfig.as_placement_group_factory`: the trainer (1 CPU unless
+    `trainer_resources` says otherwise) with the first worker, then one bundle per other worker
+    (1 CPU each by default; with `use_gpu`, 1 GPU and no CPU)."""
+    use_gpu = sc.use_gpu is True
+    worker = {k: v for k, v in (sc.resources_per_worker or {}).items() if v} if sc.resources_per_worker \
+        else ({"GPU": 1} if use_gpu else {"CPU": 1})
+    if use_gpu:
+        worker.setdefault("GPU", 1)
+    trainer = {k: v for k, v in sc.trainer_resources.items() if v} if sc.trainer_resources is not None \
+        else {"CPU": 1}
+    first = {k: trainer.get(k, 0) + worker.get(k, 0) for k in {**trainer, **worker}}
+    return PlacementGroupFactory([first] + [worker] * (sc.num_workers - 1), strategy=sc.placement_strategy)
 
 
 def split_resources(trainable: Callable, resources_per_trial: dict | PlacementGroupFactory | None
@@ -204,6 +222,43 @@ class Result(_TrainResult):
     @property
     def config(self) -> dict | None:
         return (self.metrics or {}).get("config")
+
+    @property
+    def metrics_dataframe(self):
+        """The trial's results as a pandas DataFrame, nested metrics flattened to `a/b` columns
+        (as Ray reads progress.csv); None without pandas."""
+        try:
+            import pandas as pd
+        except ImportError:
+            return None
+        return pd.DataFrame([flatten(r) for r in self.metrics_history])
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
+        """The kept checkpoint whose result has the best `metric` ("a/b" reaches a nested one);
+        checkpoints reported without it are left out. As in Ray, RuntimeError when the trial
+        kept no checkpoint or none has the metric."""
+        if not self.best_checkpoints:
+            raise RuntimeError("No checkpoint exists in the trial directory!")
+        if mode not in ("max", "min"):
+            raise ValueError(f'Unsupported mode: {mode}. Please choose from ["min", "max"]!')
+        valid = [(ckpt, v) for ckpt, m in self.best_checkpoints
+                 if (v := _lookup(m, metric)) is not None]
+        if not valid:
+            raise RuntimeError(f"Invalid metric name {metric}! You may choose from the following metrics: "
+                               f"{(self.metrics or {}).keys()}.")
+        return (max if mode == "max" else min)(valid, key=lambda cv: cv[1])[0]
+
+
+def _lookup(metrics: dict, name: str):
+    """`metrics[name]`, or with a/b the nested `metrics["a"]["b"]` (Ray's unflattened_lookup)."""
+    if name in metrics:
+        return metrics[name]
+    node = metrics
+    for key in name.split("/"):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
 
 
 def _trial_result(trial: Trial) -> Result:
