@@ -1,4 +1,5 @@
-"""ray.util.as_completed, ray.util.map_unordered and ray.util.inspect_serializability."""
+"""ray.util.as_completed, ray.util.map_unordered, ray.util.inspect_serializability and
+ray.util.register_serializer."""
 import threading
 import time
 
@@ -43,11 +44,27 @@ def test_map_unordered_bounds_the_tasks_in_flight(ray_start):
     assert sorted(ray.util.map_unordered(nap, [0.2, 0.0, 0.1], backpressure_size=None)) == [0.0, 0.1, 0.2]
 
 
-def test_inspect_serializability(ray_start, capsys):
+def test_inspect_serializability_names_the_culprit(capsys):
+    """Ray's serialization troubleshooting example: the lock a function captures, or an object keeps."""
     assert ray.util.inspect_serializability(lambda: 1) == (True, set())
     lock = threading.Lock()
-    ok, bad = ray.util.inspect_serializability(lambda: lock, name="uses_lock")
-    assert not ok and bad == {"uses_lock"} and "not serializable" in capsys.readouterr().out
+
+    def uses_lock():
+        return lock
+
+    class Holder:
+        def __init__(self):
+            self.fine, self.lock = 1, threading.Lock()
+
+    ok, bad = ray.util.inspect_serializability(uses_lock, name="uses_lock")
+    (failure,) = bad
+    assert not ok and failure.path == ("uses_lock", "lock") and failure.obj is lock and failure.parent is uses_lock
+    holder = Holder()
+    ok, bad = ray.util.inspect_serializability(holder, name="holder")
+    assert not ok and [(f.path, f.obj) for f in bad] == [(("holder", "lock"), holder.lock)]
+    assert "'lock' (lock) cannot be serialized" in capsys.readouterr().out
+    ok, bad = ray.util.inspect_serializability(lock)   # nothing inside: the object itself
+    assert not ok and [f.obj for f in bad] == [lock]
 
 
 def test_register_serializer_for_an_unpicklable_class(ray_start):

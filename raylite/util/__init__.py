@@ -18,7 +18,8 @@
 from raylite.core.api import get_node_ip_address, list_named_actors
 from raylite.util import accelerators, scheduling_strategies
 from raylite.util.actor_pool import ActorPool
-from raylite.util.helpers import as_completed, inspect_serializability, map_unordered
+from raylite.util.check_serialize import inspect_serializability
+from raylite.util.helpers import as_completed, map_unordered
 from raylite.util.placement_group import (get_current_placement_group, get_placement_group, placement_group,
                                           placement_group_table, remove_placement_group)
 from raylite.util.probe import probe_gpu_resources

@@ -43,15 +43,3 @@ def map_unordered(fn, items: Iterable, *, backpressure_size: int | None = 100, c
             yield from done
         pending.append(fn.remote(item))
     yield from as_completed(pending, chunk_size=chunk_size, yield_obj_refs=yield_obj_refs, **wait_kwargs)
-
-
-def inspect_serializability(obj, name: str | None = None, **_ignored) -> tuple[bool, set]:
-    """Whether `obj` can travel to a worker, and the objects that cannot (as Ray's helper
-    reports them: here only `obj` itself, with the pickling error printed)."""
-    from raylite.core import serialization
-    try:
-        serialization.dumps_function(obj)
-        return True, set()
-    except Exception as e:   # noqa: BLE001 - reported, not raised
-        print(f"{name or type(obj).__name__} is not serializable: {type(e).__name__}: {e}")
-        return False, {name or repr(obj)}
