@@ -79,7 +79,7 @@ def test_median_stopping_rule(ray2, tmp_path):
     qs = [0.0, 0.1, 1.0, 2.0, 0.02]
     # Two good trials complete first (max_concurrent_trials=2), then the median rule has its samples.
     a = tune.run(curve, config={"q": tune.grid_search(qs), "steps": 20, "sleep": 0.05}, metric="loss", mode="min",
-                 scheduler=tune.MedianStoppingRule(grace_period=2, min_samples_required=2),
+                 scheduler=tune.MedianStoppingRule("training_iteration", grace_period=2, min_samples_required=2),
                  max_concurrent_trials=2, storage_path=str(tmp_path), verbose=0)
     by_q = {t.config["q"]: t for t in a.trials}
     for q in (0.0, 0.1, 0.02):
@@ -87,6 +87,30 @@ def test_median_stopping_rule(ray2, tmp_path):
     for q in (1.0, 2.0):
         assert by_q[q].early_stopped and by_q[q].status == "TERMINATED"
         assert by_q[q].last_result["training_iteration"] < 20
+
+
+class _T:
+    def __init__(self, trial_id):
+        self.trial_id = trial_id
+
+
+def test_median_stopping_rule_is_rays():
+    """Ray's rule: the trial's best so far against the median of the others' running means over
+    [grace_period, t], among trials that reached t; min_samples_required of them; hard_stop=False
+    lets the trial go on (Ray pauses it, then lets it finish)."""
+    rule = tune.MedianStoppingRule(time_attr="t", metric="loss", mode="min", grace_period=2, min_samples_required=2)
+    for tid, losses in (("a", [9, 1, 1, 1]), ("b", [9, 3, 3, 3])):    # running means from t=2: 1 and 3
+        for t, loss in enumerate(losses, 1):
+            assert rule.on_result(_T(tid), {"t": t, "loss": loss}) == "CONTINUE"
+    assert rule.on_result(_T("c"), {"t": 1, "loss": 2.5}) == "CONTINUE"    # in the grace period
+    assert rule.on_result(_T("c"), {"t": 2, "loss": 4.0}) == "PRUNE"      # best 2.5 worse than median(1, 3)
+    assert rule.on_result(_T("d"), {"t": 2, "loss": 1.5}) == "CONTINUE"   # best 1.5 < median 2
+    assert rule.on_result(_T("e"), {"t": 9, "loss": 5.0}) == "CONTINUE"   # no other trial reached t=9
+    soft = tune.MedianStoppingRule(time_attr="t", metric="acc", mode="max", grace_period=0, min_samples_required=1,
+                                   hard_stop=False)
+    soft.on_result(_T("a"), {"t": 1, "acc": 0.9})
+    assert soft.on_result(_T("b"), {"t": 1, "acc": 0.1}) == "CONTINUE" and soft.stopped_trials == {"b"}
+    assert tune.MedianStoppingRule().time_attr == "time_total_s" and tune.MedianStoppingRule().grace_period == 60
 
 
 def test_optuna_pruner_as_scheduler(ray2, tmp_path):

@@ -21,9 +21,9 @@ or with Ray 2's current API, a thin layer over `tune.run` (tuner.py):
     best = tuner.fit().get_best_result()     # a ResultGrid; failed trials are in its .errors
     print(best.config, best.metrics["loss"])
 
-Optuna does the sampling (RandomSampler by default, TPE with OptunaSearch), the pruning (ASHA and
-the median rule are its SuccessiveHalvingPruner and MedianPruner) and the trial database (an
-SQLite study in the experiment directory). raylite.tune only uses raylite's public API: each
+Optuna does the sampling (RandomSampler by default, TPE with OptunaSearch), the pruning (ASHA is
+its SuccessiveHalvingPruner; the median rule is Ray's own, schedulers.py) and the trial database
+(an SQLite study in the experiment directory). raylite.tune only uses raylite's public API: each
 trial is a raylite task with the trial's resources.
 """
 # Only the trial-side API is imported eagerly: a trial's worker imports this package to run

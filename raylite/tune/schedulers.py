@@ -9,12 +9,15 @@ with `early_stopped=True`, not ERROR.
 - `ASHAScheduler(time_attr, max_t, grace_period, reduction_factor)`: Optuna's
   SuccessiveHalvingPruner (asynchronous successive halving, rungs at grace_period * rf^k); a trial
   reaching `max_t` stops (completed).
-- `MedianStoppingRule(time_attr, grace_period, min_samples_required)`: Optuna's MedianPruner.
+- `MedianStoppingRule(time_attr, grace_period, min_samples_required)`: Ray's rule (best so far
+  against the median of the other trials' running means), on its own records.
 - `OptunaPruner(pruner, time_attr)`, or an Optuna pruner passed as `scheduler=`: any other pruner.
 """
 from __future__ import annotations
 
+import bisect
 import math
+import statistics
 import warnings
 
 from optuna import pruners
@@ -127,24 +130,72 @@ class ASHAScheduler(OptunaPruner):
 AsyncHyperBandScheduler = ASHAScheduler
 
 
-class MedianStoppingRule(OptunaPruner):
-    """Stops a trial whose best result so far is worse than the median of the completed trials'
-    results at the same step (Optuna's MedianPruner), after `grace_period` steps of `time_attr`
-    and once `min_samples_required` trials completed.
+class MedianStoppingRule(TrialScheduler):
+    """Ray's median stopping rule: at time t (`result[time_attr]`, past `grace_period`), a trial
+    stops when its best result so far is worse than the median of the other trials' running means
+    (their results between `grace_period` and t), over the trials that reached t, once there are
+    `min_samples_required` of them. Its own bookkeeping, not an Optuna pruner: Optuna's
+    MedianPruner compares values at one step, Ray's rule best-so-far with running means.
 
-    Unlike Ray, `time_attr` defaults to `training_iteration`: Optuna compares trials at equal steps,
-    which wall-clock seconds rarely are.
+    With `hard_stop=False` Ray pauses the trial and lets it finish later; raylite cannot pause a
+    running task, so the trial is marked (`stopped_trials`) and runs on to its end, as it would
+    in Ray once resumed. `min_time_slice` only matters with pausing (never here). Its records are
+    the driver's: a resumed experiment starts them over.
     """
 
-    def __init__(self, time_attr: str = "training_iteration", metric: str | None = None,
-                 mode: str | None = None, grace_period: float = 1, min_samples_required: int = 3,
+    needs_metric = True
+
+    def __init__(self, time_attr: str = "time_total_s", metric: str | None = None,
+                 mode: str | None = None, grace_period: float = 60.0, min_samples_required: int = 3,
                  min_time_slice: float = 0, hard_stop: bool = True):
-        super().__init__(pruners.MedianPruner(n_startup_trials=int(min_samples_required),
-                                              n_warmup_steps=int(grace_period), interval_steps=1),
-                         time_attr, metric, mode)
+        if mode not in (None, "min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        self.time_attr, self.metric, self.mode = time_attr, metric, mode
+        self.grace_period, self.min_samples_required = grace_period, min_samples_required
+        self.min_time_slice, self.hard_stop = min_time_slice, hard_stop
+        self.records: dict[str, _Record] = {}
+        self.stopped_trials: set[str] = set()
+
+    def on_result(self, trial, result: dict) -> str:
+        t, value = result.get(self.time_attr), result.get(self.metric)
+        if not _finite(t) or not _finite(value) or trial.trial_id in self.stopped_trials:
+            return CONTINUE
+        sign = 1.0 if self.mode == "max" else -1.0   # compared as "higher is better"
+        mine = self.records.setdefault(trial.trial_id, _Record(self.grace_period))
+        mine.add(t, sign * value)
+        if t < self.grace_period:
+            return CONTINUE
+        means = [m for tid, r in self.records.items() if tid != trial.trial_id and r.last >= t
+                 and (m := r.mean_until(t)) is not None]
+        if len(means) < self.min_samples_required:
+            return CONTINUE
+        if mine.best < statistics.median(means):
+            self.stopped_trials.add(trial.trial_id)
+            return PRUNE if self.hard_stop else CONTINUE
+        return CONTINUE
 
     def describe(self) -> str:
-        return f"MedianStoppingRule (Optuna MedianPruner): {self.num_pruned} stopped early"
+        return f"MedianStoppingRule: {len(self.stopped_trials)} stopped early"
+
+
+class _Record:
+    """One trial's results for the median rule: times, and prefix sums of the values reported at or
+    past the grace period, so a running mean up to t is a bisect (each result costs O(trials log n))."""
+
+    __slots__ = ("grace", "times", "sums", "best", "last")
+
+    def __init__(self, grace: float):
+        self.grace, self.times, self.sums, self.best, self.last = grace, [], [0.0], -math.inf, -math.inf
+
+    def add(self, t: float, value: float) -> None:
+        self.best, self.last = max(self.best, value), t
+        if t >= self.grace:
+            self.times.append(t)
+            self.sums.append(self.sums[-1] + value)
+
+    def mean_until(self, t: float) -> float | None:
+        n = bisect.bisect_right(self.times, t)
+        return self.sums[n] / n if n else None
 
 
 def as_scheduler(scheduler) -> TrialScheduler:
