@@ -146,6 +146,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         self.oom_kills = _oom_kills()   # the kernel's count, to tell an out-of-memory kill (_worker_gone)
         self._init_readers()
         self._init_env_setup()
+        self._init_output()
         self._worker_index = itertools.count(1)
         self.stopping = False
         self.lock = threading.Lock()      # held by whoever runs node code: the node thread or a caller
@@ -1078,6 +1079,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline and self._drain_output():
             pass
+        if self.dedup is not None:   # the repeats still held, counted
+            self._release_held(time.monotonic(), everything=True)
         segments.remove_session_segments(self.session)
         segments.pool = None
         for w in list(self.workers.values()):

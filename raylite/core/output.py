@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import selectors
 import sys
+import time
 
+from raylite.core import log_dedup
 from raylite.core.workers import WorkerProc
 
 MAX_PARTIAL_LINE = 1 << 16   # worker output without a newline is printed once this long
@@ -20,8 +22,26 @@ def _last_drawing(line: bytes) -> bytes:
     return line[line.rfind(b"\r") + 1:]
 
 
+class _DedupTimer:
+    """A node timer (ObjectTable.add_timer) that prints what log deduplication held once its window ends."""
+
+    done = False
+
+    def __init__(self, output: WorkerOutput):
+        self.output = output
+
+    def expire(self) -> None:
+        self.output._dedup_timer = None
+        self.output._release_held(time.monotonic())
+
+
 class WorkerOutput:
-    """Node methods that forward the workers' stdout and stderr pipes."""
+    """Node methods that forward the workers' stdout and stderr pipes. Needs: table, log_dir."""
+
+    def _init_output(self) -> None:
+        dedup = log_dedup.from_environment()   # (Ray's RAY_DEDUP_LOGS variables)
+        self.dedup = None if dedup is None else {"stdout": dedup, "stderr": log_dedup.from_environment()}
+        self._dedup_timer: _DedupTimer | None = None
 
     def _on_output(self, w: WorkerProc, fd: int, stream: str) -> None:
         if fd not in (w.out_fd, w.err_fd):   # closed already (a stale event): the number may be reused
@@ -67,13 +87,25 @@ class WorkerOutput:
         if self.log_dir is not None:
             self._to_log_file(w, stream, lines)
         else:
-            out = getattr(sys, stream)
             prefix = f"({w.name} pid={w.pid}) "
-            try:
-                out.write("".join(prefix + _last_drawing(line).decode(errors="replace") + "\n" for line in lines))
-                out.flush()
-            except (OSError, ValueError):
-                pass
+            text = [_last_drawing(line).decode(errors="replace") for line in lines]
+            if self.dedup is None:
+                return _write(stream, [prefix + line for line in text])
+            _write(stream, self.dedup[stream].lines(w.pid, prefix, text, time.monotonic()))
+            self._arm_dedup_timer()
+
+    def _arm_dedup_timer(self) -> None:
+        due = [d for d in (self.dedup["stdout"].next_due(), self.dedup["stderr"].next_due()) if d is not None]
+        if due and self._dedup_timer is None:
+            self._dedup_timer = _DedupTimer(self)
+            self.table.add_timer(min(due) - time.monotonic(), self._dedup_timer)
+
+    def _release_held(self, now: float, everything: bool = False) -> None:
+        """Print the repeats log deduplication held whose window ended (all of them at shutdown)."""
+        for stream, dedup in self.dedup.items():
+            _write(stream, dedup.expired(now, everything))
+        if not everything:
+            self._arm_dedup_timer()
 
     def _to_log_file(self, w: WorkerProc, stream: str, lines: list[bytes]) -> None:
         """log_to_driver=False, for a worker that could not open its log files itself (see
@@ -92,3 +124,14 @@ class WorkerOutput:
         for key in keys:
             key.data(selectors.EVENT_READ)
         return bool(keys)
+
+
+def _write(stream: str, lines: list[str]) -> None:
+    if not lines:
+        return
+    out = getattr(sys, stream)
+    try:
+        out.write("".join(line + "\n" for line in lines))
+        out.flush()
+    except (OSError, ValueError):
+        pass
