@@ -128,7 +128,7 @@ def test_single_trial_is_best_without_metric(runtime, tmp_path):
 def windowed(config):
     import time
     start = time.time()
-    time.sleep(0.2)
+    time.sleep(0.5)   # long enough for two trials to overlap on a busy machine
     tune.report({"start": start, "end": time.time(), "resources": tune.get_trial_resources(),
                  "offset": config.get("offset", 0)})
 
