@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import glob
-import importlib.util
 import os
 import re
 import sys
@@ -283,6 +282,7 @@ def _detect_amd(root: str) -> tuple[int, str | None]:
 def _detect_intel() -> tuple[int, str | None]:
     """Intel GPUs through dpctl when installed (as Ray does); else none."""
     try:
+        import importlib.util
         if importlib.util.find_spec("dpctl") is None:
             return 0, None
         import dpctl  # type: ignore[import-not-found]
@@ -297,6 +297,7 @@ def _detect_intel() -> tuple[int, str | None]:
 def _detect_metax() -> tuple[int, str | None]:
     """MetaX GPUs through pymxsml when installed (as Ray does); the type is the device name."""
     try:
+        import importlib.util
         if importlib.util.find_spec("pymxsml") is None:
             return 0, None
         import pymxsml.mxsml_extension as mxsml  # type: ignore[import-not-found]

@@ -14,7 +14,6 @@ session ends. A directory holding more than Ray's limit on a package (512 MiB, o
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 
@@ -65,6 +64,7 @@ class Copy:
             return (f"{self.kind} {self.source} holds {_mib(total)}, more than the limit of {_mib(limit)} "
                     f"(Ray's, for what it uploads): leave large files out with runtime_env['excludes'] "
                     f"or a .gitignore or .rayignore file")
+        import hashlib   # here: its OpenSSL costs the driver 6 ms and 4 MB at init otherwise
         digest = hashlib.sha256("\0".join([self.kind, self.source] + [f"{r}\0{s}\0{m}" for r, s, m in entries])
                                 .encode()).hexdigest()[:16]
         dest = os.path.join(self.root, f"{self.kind}_files", f"_raylite_pkg_{digest}")
