@@ -193,3 +193,40 @@ def test_type_hints_import_from_rays_path_and_change_nothing_here(ray_start):
     assert ray.get(compiled.execute(3)) == 3
     with pytest.raises(ValueError, match="transport="):
         TorchTensorType(transport="pigeon")
+
+
+def test_visualize_lists_the_graph_and_draws_with_graphviz(ray_start, monkeypatch, tmp_path):
+    import sys
+    import types
+    Echo = _echo_class()
+    a, b = Echo.remote(), Echo.remote()
+    with InputNode() as inp:
+        dag = MultiOutputNode([a.echo.bind(inp), b.add.bind(inp, 1)])
+    compiled = dag.experimental_compile()
+    text = compiled.visualize(format="ascii")
+    assert text.splitlines()[0].startswith("0: InputNode") and text.count("<- 0") == 2
+    monkeypatch.setitem(sys.modules, "graphviz", None)   # not installed: Ray's ImportError
+    with pytest.raises(ImportError, match="pip install graphviz"):
+        compiled.visualize()
+    drawn = []
+
+    class Digraph:   # records what a graphviz Digraph is given
+        def __init__(self, name, format):
+            self.lines = [f"digraph {name} {format}"]
+
+        def node(self, key, label):
+            self.lines.append(f"{key} [{label!r}]")
+
+        def edge(self, a, b):
+            self.lines.append(f"{a} -> {b}")
+
+        def render(self, filename, view):
+            drawn.append(filename)
+
+        @property
+        def source(self):
+            return "\n".join(self.lines)
+
+    monkeypatch.setitem(sys.modules, "graphviz", types.SimpleNamespace(Digraph=Digraph))
+    source = compiled.visualize(filename=str(tmp_path / "g"))
+    assert drawn == [str(tmp_path / "g")] and "0 -> 1" in source and "0 -> 2" in source

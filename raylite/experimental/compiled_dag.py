@@ -67,8 +67,10 @@ class CompiledDAG:
         """As Ray's compile (which sets up its channels on every actor), return once each actor's
         constructor has run, so executions are not timed by a slow one; a failed one raises here."""
         from raylite.core import api
-        handles = {id(n._actor): n._actor for n in self._order if isinstance(n, ClassMethodNode)}
-        api.get([handle.__ray_ready__.remote() for handle in handles.values()])
+        api.get([handle.__ray_ready__.remote() for handle in self._actors()])
+
+    def _actors(self) -> list:
+        return list({id(n._actor): n._actor for n in self._order if isinstance(n, ClassMethodNode)}.values())
 
     def _check_inputs(self, args: tuple, kwargs: dict) -> None:
         if len(args) != self._positional:
@@ -125,11 +127,39 @@ class CompiledDAG:
         self.is_teardown = True
         if kill_actors:
             import raylite
-            for handle in {id(n._actor): n._actor for n in self._order if isinstance(n, ClassMethodNode)}.values():
+            for handle in self._actors():
                 raylite.kill(handle)
 
     def get_id(self) -> str:
         return f"{id(self):x}"
+
+    def visualize(self, filename: str = "compiled_graph", format: str = "png", view: bool = False,
+                  channel_details: bool = False) -> str:
+        """Ray's drawing of the graph: ``format="ascii"`` returns a text listing (and prints it with
+        ``view``); other formats need the graphviz package, as in Ray, write ``filename.format``
+        and return the DOT source."""
+        index = {id(node): i for i, node in enumerate(self._order)}
+        edges = [(index[id(up)], i) for i, node in enumerate(self._order) for up in node._upstream if id(up) in index]
+        if format == "ascii":
+            if channel_details:
+                raise ValueError("Parameters 'channel_details' are not compatible with 'ascii' format.")
+            text = "\n".join(f"{i}: {node!r}" + "".join(f" <- {a}" for a, b in edges if b == i)
+                             for i, node in enumerate(self._order))
+            if view:
+                print(text)
+            return text
+        try:
+            import graphviz
+        except ImportError:
+            raise ImportError("Please install graphviz to visualize the compiled graph. You can install it by "
+                              "running `pip install graphviz`.") from None
+        dot = graphviz.Digraph(name="compiled_graph", format=format)
+        for i, node in enumerate(self._order):
+            dot.node(str(i), f"Task {i}\n{node!r}")
+        for a, b in edges:
+            dot.edge(str(a), str(b))
+        dot.render(filename, view=view)
+        return dot.source
 
 
 class CompiledDAGRef:
