@@ -107,6 +107,21 @@ def test_tuner_with_a_torch_trainer(runtime, tmp_path):
         tune.Tuner(trainer, param_space={"lr": 0.1})
 
 
+def test_tuner_with_a_data_parallel_trainer(runtime, tmp_path):
+    """A framework-free trainer is tuned the same way (Ray's key-concepts pages)."""
+    from raylite.train.data_parallel_trainer import DataParallelTrainer
+
+    def loop(config):
+        train.report({"score": config["x"] * 10})
+
+    trainer = DataParallelTrainer(loop, train_loop_config={"x": 0}, scaling_config=ScalingConfig(num_workers=1))
+    grid = tune.Tuner(trainer, param_space={"train_loop_config": {"x": tune.grid_search([1, 2])}},
+                      run_config=tune.RunConfig(name="dp", storage_path=str(tmp_path), verbose=0)).fit()
+    assert grid.num_errors == 0 and sorted(r.metrics["score"] for r in grid) == [10, 20]
+    with pytest.raises(ValueError, match=r"not DataParallelTrainer arguments.*'backend_config'"):
+        tune.Tuner(trainer, param_space={"torch_config": None})
+
+
 def test_torch_trainer_inside_a_trainable_with_tune_report_callback(runtime, tmp_path):
     from raylite.tune.integration.ray_train import TuneReportCallback
 

@@ -1,4 +1,5 @@
-"""A raylite.train `TorchTrainer` as a Tune trainable: `Tuner(trainer, param_space={"train_loop_config": {...}})`.
+"""A raylite.train `TorchTrainer` (or `DataParallelTrainer`) as a Tune trainable:
+`Tuner(trainer, param_space={"train_loop_config": {...}})`.
 
 Ray 2.x runs one Train run per trial. Here each trial is a function trainable that builds the trial's
 TorchTrainer (the base trainer with the trial's `train_loop_config` merged in and, if searched, its
@@ -16,21 +17,23 @@ import math
 
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from raylite.train.trainer import TorchTrainer
+from raylite.train.trainer import DataParallelTrainer, TorchTrainer
 
 # What a param_space may set on the trainer, as in Ray (its constructor's tunable arguments).
-TUNABLE = ("train_loop_config", "scaling_config", "torch_config", "resume_from_checkpoint")
+TUNABLE = ("train_loop_config", "scaling_config", "torch_config", "backend_config", "resume_from_checkpoint")
 _TRAIN_AUTO = ("training_iteration", "time_total_s", "timestamp", "checkpoint_dir_name")
 
 
-def prepare_param_space(trainer: TorchTrainer, param_space: dict | None) -> dict:
+def prepare_param_space(trainer: DataParallelTrainer, param_space: dict | None) -> dict:
     """The param_space with a `ScalingConfig` turned into a dict (so search spaces in its fields are
     resolved per trial, as in Ray) and unknown keys refused."""
     space = dict(param_space or {})
-    unknown = sorted(set(space) - set(TUNABLE))
+    tunable = [k for k in TUNABLE if k != ("backend_config" if isinstance(trainer, TorchTrainer) else "torch_config")]
+    unknown = sorted(set(space) - set(tunable))
     if unknown:
-        raise ValueError(f"Tuner(TorchTrainer, param_space=...): {unknown} are not TorchTrainer arguments; a "
-                         f"trainer's param_space may set {list(TUNABLE)} (put hyperparameters under "
+        kind = type(trainer).__name__
+        raise ValueError(f"Tuner({kind}, param_space=...): {unknown} are not {kind} arguments; a "
+                         f"trainer's param_space may set {tunable} (put hyperparameters under "
                          f"'train_loop_config')")
     if isinstance(space.get("scaling_config"), ScalingConfig):
         sc = space["scaling_config"]
@@ -38,7 +41,7 @@ def prepare_param_space(trainer: TorchTrainer, param_space: dict | None) -> dict
     return space
 
 
-def default_concurrency(trainer: TorchTrainer, total: dict) -> int:
+def default_concurrency(trainer: DataParallelTrainer, total: dict) -> int:
     """How many trials' worker groups fit at once (by the base trainer's scaling config): the bound
     on concurrent trials when the TuneConfig sets none, since the trial tasks hold no CPU."""
     request = trainer.scaling_config.worker_request(use_gpu=trainer.scaling_config.use_gpu is True)
@@ -51,7 +54,7 @@ def default_concurrency(trainer: TorchTrainer, total: dict) -> int:
 class TrainerTrainable:
     """The function trainable that runs `trainer` with a trial's config."""
 
-    def __init__(self, trainer: TorchTrainer):
+    def __init__(self, trainer: DataParallelTrainer):
         self.trainer = trainer
         self.__name__ = type(trainer).__name__
 
@@ -63,8 +66,10 @@ class TrainerTrainable:
         if isinstance(scaling, dict):
             scaling = ScalingConfig(**scaling)
         resume = tune.get_checkpoint()
-        trainer = TorchTrainer(
-            base.train_loop_per_worker, loop_config or None, torch_config=config.get("torch_config", base.torch_config),
+        backend = ({"torch_config": config.get("torch_config", base.torch_config)} if isinstance(base, TorchTrainer)
+                   else {"backend_config": config.get("backend_config", base.backend_config)})
+        trainer = type(base)(
+            base.train_loop_per_worker, train_loop_config=loop_config or None, **backend,
             scaling_config=scaling,
             run_config=RunConfig(name="train", storage_path=tune.get_trial_dir(), verbose=0,
                                  checkpoint_config=CheckpointConfig(num_to_keep=1), failure_config=FailureConfig(),

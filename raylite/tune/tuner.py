@@ -28,7 +28,7 @@ import raylite as ray
 from raylite.train.config import CheckpointConfig, FailureConfig, ScalingConfig
 from raylite.train.config import RunConfig as _TrainRunConfig
 from raylite.train.result import Result as _TrainResult
-from raylite.train.trainer import TorchTrainer
+from raylite.train.trainer import DataParallelTrainer
 from raylite.tune.analysis import ExperimentAnalysis
 from raylite.tune.api import TuneError, _check_arguments, normalize_resources, run
 from raylite.tune.schedulers import as_scheduler
@@ -343,7 +343,7 @@ class ResultGrid:
 
 # ---------------------------------------------------------------------------- the Tuner
 def _name_of(trainable) -> str:
-    if isinstance(trainable, TorchTrainer):
+    if isinstance(trainable, DataParallelTrainer):
         return type(trainable).__name__
     return getattr(trainable, "__name__", "trainable")
 
@@ -356,13 +356,13 @@ def _check_type(name: str, value, cls: type) -> None:
 class Tuner:
     """Ray's `Tuner`: configure with `param_space`, `TuneConfig` and `RunConfig`, run with `fit()`."""
 
-    def __init__(self, trainable: Callable | TorchTrainer, *, param_space: dict | None = None,
+    def __init__(self, trainable: Callable | DataParallelTrainer, *, param_space: dict | None = None,
                  tune_config: TuneConfig | None = None, run_config: RunConfig | None = None):
         if param_space is not None and not isinstance(param_space, dict):
             raise ValueError(f"Tuner(param_space=...) must be a dict of values and search spaces "
                              f"(tune.uniform(...), tune.grid_search([...]), ...), got {param_space!r}")
         tune_config = TuneConfig() if tune_config is None else tune_config
-        self._trainer = trainable if isinstance(trainable, TorchTrainer) else None
+        self._trainer = trainable if isinstance(trainable, DataParallelTrainer) else None
         if self._trainer is not None:   # one Train run per trial (trainer_trial.py)
             param_space = prepare_param_space(self._trainer, param_space)
             if run_config is None:   # as in Ray, the trainer's RunConfig, unless the Tuner has one
