@@ -5,6 +5,7 @@ import math
 import os
 import warnings
 
+from raylite.tune.metrics import is_finite
 from raylite.tune.storage import ExperimentStorage, flatten, read_results
 from raylite.tune.trial import SUMMARY_KEYS, Trial, _number
 
@@ -141,7 +142,7 @@ class ExperimentAnalysis:
         for t in self.trials:
             result = t.last_result
             if metric and mode:
-                rs = [r for r in read_results(t.path) if isinstance(r.get(metric), (int, float))]
+                rs = [r for r in read_results(t.path) if _number(r.get(metric))]
                 if rs:
                     result = (max if mode == "max" else min)(rs, key=lambda r: r[metric])
             rows.append(self._row(t, result))
@@ -196,7 +197,7 @@ class ExperimentAnalysis:
             optuna.logging.set_verbosity(verbosity)
         for t in sorted(self.trials, key=lambda t: t.index):
             value, o = t.last_result.get(metric), t.optuna
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or "distributions" not in o:
+            if not is_finite(value) or "distributions" not in o:
                 continue
             study.add_trial(optuna.trial.create_trial(
                 value=float(value), params=o.get("params", {}),

@@ -6,13 +6,15 @@ verbose=2: also one line per finished trial.  verbose=3: also one line per resul
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 import time
 
 import raylite as ray
 
+from raylite.tune.metrics import is_number
 from raylite.tune.storage import flatten
-from raylite.tune.trial import ERROR, PENDING, RUNNING, TERMINATED
+from raylite.tune.trial import ERROR, PENDING, RUNNING, TERMINATED, _number
 
 UNITS = 10_000   # resources in integer units of 1e-4, as raylite counts them
 MAX_ROWS = 20
@@ -21,7 +23,8 @@ _ORDER = {RUNNING: 0, PENDING: 1, ERROR: 2, TERMINATED: 3}
 
 
 def _fmt(v) -> str:
-    if isinstance(v, float):
+    if is_number(v) and not isinstance(v, numbers.Integral):
+        v = float(v)
         if math.isnan(v):
             return "nan"
         return f"{v:.4g}" if abs(v) < 1e5 else f"{v:.3e}"
@@ -193,8 +196,7 @@ def trial_note(runner, t) -> str:
 def current_best(runner):
     if not runner.metric:
         return None
-    scored = [t for t in runner.trials if isinstance(t.last_result.get(runner.metric), (int, float))
-              and not math.isnan(t.last_result[runner.metric])]
+    scored = [t for t in runner.trials if _number(t.last_result.get(runner.metric))]
     if not scored:
         return None
     pick = max if runner.mode == "max" else min

@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import shutil
@@ -40,6 +39,7 @@ import raylite as ray
 from raylite.train.config import CheckpointConfig
 from raylite.tune import session
 from raylite.tune.analysis import ExperimentAnalysis
+from raylite.tune.metrics import is_finite
 from raylite.tune.progress import ProgressReporter, resources_str, units
 from raylite.tune.schedulers import PRUNE, STOP, FIFOScheduler, as_scheduler
 from raylite.tune.search import BasicVariantGenerator
@@ -680,7 +680,7 @@ class TrialRunner:
 
     def _tell(self, trial: Trial, state: TrialState) -> None:
         value = trial.last_result.get(self.metric) if self.metric else None
-        finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        finite = is_finite(value)
         if state == TrialState.COMPLETE and not finite:
             state = TrialState.FAIL   # Optuna needs a value for a complete trial
         with warnings.catch_warnings():

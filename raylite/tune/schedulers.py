@@ -22,6 +22,8 @@ import warnings
 
 from optuna import pruners
 
+from raylite.tune.metrics import is_finite as _finite
+
 CONTINUE, STOP, PRUNE = "CONTINUE", "STOP", "PRUNE"
 
 
@@ -207,6 +209,3 @@ def as_scheduler(scheduler) -> TrialScheduler:
         return OptunaPruner(scheduler)
     raise TypeError(f"scheduler must be a tune scheduler or an Optuna pruner, got {type(scheduler).__name__}")
 
-
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -23,6 +23,7 @@ import time
 import warnings
 
 import raylite as ray
+from raylite.tune.metrics import is_number, json_default
 from raylite.tune.trial_env import trial_process
 
 BLOCK_EVERY_S = 0.05
@@ -124,7 +125,7 @@ def persist_checkpoint(ckpt: Checkpoint, trial_dir: str, iteration: int, meta: d
         os.makedirs(tmp)
         ckpt._write_into(tmp)
     with open(os.path.join(tmp, CHECKPOINT_META), "w") as f:
-        json.dump(meta, f, default=repr)
+        json.dump(meta, f, default=json_default)
     shutil.rmtree(dest, ignore_errors=True)
     os.rename(tmp, dest)
     return Checkpoint(dest)
@@ -220,7 +221,7 @@ def report(metrics: dict | None = None, *, checkpoint=None, **kwargs) -> None:
         s.post.remote(s.trial_id, s.attempt, result)
     for key, bound in s.stop_at.items():   # checked here too, so the trial stops at exactly this result
         v = result.get(key)
-        if isinstance(v, (int, float)) and v >= bound:
+        if is_number(v) and v >= bound:
             raise StopTrial(s.trial_id)
     if block:
         stop = ray.get(ref)

@@ -14,6 +14,8 @@ import time
 from collections import defaultdict, deque
 from typing import Callable
 
+from raylite.tune.metrics import is_number
+
 __all__ = ["CombinedStopper", "ExperimentPlateauStopper", "FunctionStopper", "MaximumIterationStopper",
            "NoopStopper", "Stopper", "TimeoutStopper", "TrialPlateauStopper"]
 
@@ -110,7 +112,7 @@ class TrialPlateauStopper(Stopper):
         self._iter[trial_id] += 1
         if self._iter[trial_id] < self._grace_period or len(self._values[trial_id]) < self._num_results:
             return False
-        if self._threshold is not None and isinstance(value, (int, float)):
+        if self._threshold is not None and is_number(value):
             if (self._mode == "min" and value > self._threshold) or (self._mode == "max" and value < self._threshold):
                 return False
         try:

@@ -35,6 +35,7 @@ import shutil
 import threading
 import warnings
 
+from raylite.tune.metrics import json_default
 from raylite.tune.trial import Trial
 from raylite.util.jsonl import read_json_lines
 
@@ -52,7 +53,7 @@ def atomic_write(path: str, text: str) -> None:
 
 
 def _json(obj, **kw) -> str:
-    return json.dumps(obj, default=repr, **kw)
+    return json.dumps(obj, default=json_default, **kw)
 
 
 class _IOThread:

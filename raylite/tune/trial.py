@@ -9,6 +9,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from raylite.tune.metrics import is_number
+
 if TYPE_CHECKING:
     from raylite.train.config import CheckpointConfig
 
@@ -69,7 +71,7 @@ class MetricSummaries:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+    return is_number(v) and not math.isnan(v)
 
 
 def _intern(k):

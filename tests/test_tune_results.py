@@ -1,0 +1,42 @@
+"""How the driver reads a reported result, as Ray does: NumPy scalars are metrics (and JSON
+numbers on disk). Trainables are defined inside the tests (cloudpickle ships them by value)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("optuna")
+np = pytest.importorskip("numpy")
+
+from raylite import tune  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def run_config(tmp_path, name, **kw):
+    return tune.RunConfig(name=name, storage_path=str(tmp_path), verbose=0, **kw)
+
+
+# ---------------------------------------------------------------------------- numpy scalars
+def test_numpy_scalar_metrics_count_everywhere(runtime, tmp_path):
+    def trainable(config):
+        import numpy as np
+        for i in range(1, 9):
+            tune.report({"loss": np.float32(config["x"] * 10 / i), "steps": np.int64(i),
+                         "arr": np.array([1.0, 2.0])})
+
+    grid = tune.Tuner(
+        trainable, param_space={"x": tune.grid_search([0.1, 0.9, 0.8, 0.7])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min", max_concurrent_trials=1,
+                                    scheduler=tune.ASHAScheduler(max_t=8, grace_period=2, reduction_factor=2)),
+        run_config=run_config(tmp_path, "np", stop={"steps": 6})).fit()
+    iters = [r.metrics["training_iteration"] for r in grid]
+    assert iters[0] == 6 and min(iters) == 2   # the stop bound and ASHA both read np.int64/np.float32
+    assert grid.get_best_result().config == {"x": 0.1}
+    values = [t.value for t in grid._analysis.study.trials]
+    assert values[0] == pytest.approx(10 * 0.1 / 6)   # OptunaSearch/the study got the float
+    with open(os.path.join(grid[0].path, "result.json")) as f:
+        first = json.loads(f.readline())
+    assert first["loss"] == pytest.approx(1.0) and first["steps"] == 1 and first["arr"] == [1.0, 2.0]
