@@ -40,3 +40,27 @@ def test_numpy_scalar_metrics_count_everywhere(runtime, tmp_path):
     with open(os.path.join(grid[0].path, "result.json")) as f:
         first = json.loads(f.readline())
     assert first["loss"] == pytest.approx(1.0) and first["steps"] == 1 and first["arr"] == [1.0, 2.0]
+
+
+# ---------------------------------------------------------------------------- nested metrics
+def test_nested_metrics_are_read_flattened(runtime, tmp_path):
+    def trainable(config):
+        for i, loss in enumerate([5, 1, 4, 2, 3, 0]):
+            tune.report({"val": {"loss": loss * config["a"], "acc": i}},
+                        checkpoint=tune.Checkpoint.from_dict({"i": i}))
+
+    grid = tune.Tuner(
+        trainable, param_space={"a": tune.grid_search([2, 1])},
+        tune_config=tune.TuneConfig(metric="val/loss", mode="min"),
+        run_config=run_config(tmp_path, "nested", stop={"val/acc": 4},
+                              checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="val/loss",
+                                                                      checkpoint_score_order="min"))).fit()
+    assert [r.metrics["training_iteration"] for r in grid] == [5, 5]   # stopped at val/acc == 4
+    best = grid.get_best_result()
+    assert best.config == {"a": 1} and best.metrics["val"] == {"loss": 3, "acc": 4}   # Result.metrics stays nested
+    assert grid.get_best_result("val/acc", "max").metrics["val"]["acc"] == 4
+    # kept: the two lowest val/loss (i=1, i=3) plus the latest (i=4)
+    assert sorted(c.to_dict()["i"] for c, _ in best.best_checkpoints) == [1, 3, 4]
+    analysis = grid._analysis
+    assert analysis.get_best_checkpoint(analysis.best_trial).to_dict() == {"i": 1}
+    assert "val/loss" in analysis.best_trial.metric_analysis

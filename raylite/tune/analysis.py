@@ -5,8 +5,8 @@ import math
 import os
 import warnings
 
-from raylite.tune.metrics import is_finite
-from raylite.tune.storage import ExperimentStorage, flatten, read_results
+from raylite.tune.metrics import flatten, is_finite, lookup
+from raylite.tune.storage import ExperimentStorage, read_results
 from raylite.tune.trial import SUMMARY_KEYS, Trial, _number
 
 _SCOPES = ("last", "all", "avg", "last-5-avg", "last-10-avg")
@@ -79,8 +79,8 @@ class ExperimentAnalysis:
         """The trial's checkpoint reported with the best `metric` (its latest if none has it)."""
         from raylite.tune.session import Checkpoint
         metric, mode = metric or self.default_metric, mode or self.default_mode
-        scored = [(r[metric], p) for p, r in trial.checkpoints
-                  if metric and _number(r.get(metric)) and os.path.isdir(p)]
+        scored = [(v, p) for p, r in trial.checkpoints
+                  if metric and _number(v := lookup(r, metric)) and os.path.isdir(p)]
         if scored and mode:
             return Checkpoint((max if mode == "max" else min)(scored, key=lambda x: x[0])[1])
         existing = [p for p, _ in trial.checkpoints if os.path.isdir(p)]
@@ -142,9 +142,9 @@ class ExperimentAnalysis:
         for t in self.trials:
             result = t.last_result
             if metric and mode:
-                rs = [r for r in read_results(t.path) if _number(r.get(metric))]
+                rs = [(v, r) for r in read_results(t.path) if _number(v := lookup(r, metric))]
                 if rs:
-                    result = (max if mode == "max" else min)(rs, key=lambda r: r[metric])
+                    result = (max if mode == "max" else min)(rs, key=lambda vr: vr[0])[1]
             rows.append(self._row(t, result))
         return pd.DataFrame(rows)
 
@@ -196,7 +196,7 @@ class ExperimentAnalysis:
         finally:
             optuna.logging.set_verbosity(verbosity)
         for t in sorted(self.trials, key=lambda t: t.index):
-            value, o = t.last_result.get(metric), t.optuna
+            value, o = lookup(t.last_result, metric), t.optuna
             if not is_finite(value) or "distributions" not in o:
                 continue
             study.add_trial(optuna.trial.create_trial(

@@ -12,8 +12,7 @@ import time
 
 import raylite as ray
 
-from raylite.tune.metrics import is_number
-from raylite.tune.storage import flatten
+from raylite.tune.metrics import flatten, is_number, lookup
 from raylite.tune.trial import ERROR, PENDING, RUNNING, TERMINATED, _number
 
 UNITS = 10_000   # resources in integer units of 1e-4, as raylite counts them
@@ -71,8 +70,9 @@ class ProgressReporter:
     def trial_line(self, trial, what: str) -> None:
         if self.verbose >= 2:
             metric = ""
-            if self.metric and self.metric in trial.last_result:
-                metric = f" {self.metric}={_fmt(trial.last_result[self.metric])}"
+            value = lookup(trial.last_result, self.metric) if self.metric else None
+            if value is not None:
+                metric = f" {self.metric}={_fmt(value)}"
             self._print(f"Trial {trial} {what} after {trial.last_result.get('training_iteration', 0)} "
                         f"iterations{metric}")
 
@@ -100,7 +100,7 @@ class ProgressReporter:
             lines.append(f"Waiting: {waiting}")
         best = current_best(runner)
         if best is not None:
-            lines.append(f"{'Best trial' if final else 'Best so far'}: {best} {self.metric}={_fmt(best.last_result[self.metric])} "
+            lines.append(f"{'Best trial' if final else 'Best so far'}: {best} {self.metric}={_fmt(lookup(best.last_result, self.metric))} "
                          f"config={_short_config(best.config, self.param_names)}")
         shown = sorted(trials, key=lambda t: (_ORDER[t.status], t.index))
         rows = [self._row(runner, t) for t in shown[:MAX_ROWS]]
@@ -123,7 +123,8 @@ class ProgressReporter:
         row = [str(t), t.status, *(_fmt(flat.get(p, "")) for p in self.param_names),
                _fmt(r.get("training_iteration", "")), _fmt(r.get("time_total_s", ""))]
         if self.metric:
-            row.append(_fmt(r.get(self.metric, "")))
+            value = lookup(r, self.metric)
+            row.append("" if value is None else _fmt(value))
         row.append(trial_note(runner, t))
         return row
 
@@ -196,8 +197,8 @@ def trial_note(runner, t) -> str:
 def current_best(runner):
     if not runner.metric:
         return None
-    scored = [t for t in runner.trials if _number(t.last_result.get(runner.metric))]
+    scored = [t for t in runner.trials if _number(lookup(t.last_result, runner.metric))]
     if not scored:
         return None
     pick = max if runner.mode == "max" else min
-    return pick(scored, key=lambda t: t.last_result[runner.metric])
+    return pick(scored, key=lambda t: lookup(t.last_result, runner.metric))

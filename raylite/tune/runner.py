@@ -39,7 +39,7 @@ import raylite as ray
 from raylite.train.config import CheckpointConfig
 from raylite.tune import session
 from raylite.tune.analysis import ExperimentAnalysis
-from raylite.tune.metrics import is_finite
+from raylite.tune.metrics import flat_result, is_finite, lookup
 from raylite.tune.progress import ProgressReporter, resources_str, units
 from raylite.tune.schedulers import PRUNE, STOP, FIFOScheduler, as_scheduler
 from raylite.tune.search import BasicVariantGenerator
@@ -552,25 +552,27 @@ class TrialRunner:
         self.reporter.result_line(trial, result)
         for cb in self.callbacks:
             cb.on_trial_result(iteration=self.iteration, trials=self.trials, trial=trial, result=result)
-        decision = self.scheduler.on_result(trial, result)
+        flat = flat_result(result)   # what the scheduler and `stop=` bounds see, as in Ray
+        decision = self.scheduler.on_result(trial, flat)
         if decision == PRUNE:
             return self._request_stop(trial, "pruned")
         if decision == STOP:
             return self._request_stop(trial, "max_t")
-        if self._stop_criteria(trial, result):
+        if self._stop_criteria(trial, result, flat):
             self._request_stop(trial, "stop criteria")
 
-    def _stop_criteria(self, trial: Trial, result: dict) -> bool:
+    def _stop_criteria(self, trial: Trial, result: dict, flat: dict) -> bool:
+        """A `stop=` dict reads the flattened result ("a/b" keys); a stopper the result as reported."""
         stop = self.stop
         if stop is None:
             return False
         if isinstance(stop, dict):
             for key, bound in stop.items():
-                v = result.get(key)
+                v = flat.get(key)
                 if v is None and key not in self.warned_stop_keys:
                     self.warned_stop_keys.add(key)   # as Ray: a warning, once; the trial runs to its end
                     warnings.warn(f"stop criterion {key!r} is not in trial {trial.trial_id}'s result (keys: "
-                                  f"{sorted(result)}); if it is never reported, trials run until they end",
+                                  f"{sorted(flat)}); if it is never reported, trials run until they end",
                                   stacklevel=2)
                 if v is not None and v >= bound:
                     return True
@@ -679,7 +681,7 @@ class TrialRunner:
             getattr(cb, hook)(iteration=self.iteration, trials=self.trials, trial=trial)
 
     def _tell(self, trial: Trial, state: TrialState) -> None:
-        value = trial.last_result.get(self.metric) if self.metric else None
+        value = lookup(trial.last_result, self.metric) if self.metric else None
         finite = is_finite(value)
         if state == TrialState.COMPLETE and not finite:
             state = TrialState.FAIL   # Optuna needs a value for a complete trial

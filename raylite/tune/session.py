@@ -23,7 +23,7 @@ import time
 import warnings
 
 import raylite as ray
-from raylite.tune.metrics import is_number, json_default
+from raylite.tune.metrics import is_number, json_default, lookup
 from raylite.tune.trial_env import trial_process
 
 BLOCK_EVERY_S = 0.05
@@ -220,7 +220,7 @@ def report(metrics: dict | None = None, *, checkpoint=None, **kwargs) -> None:
     else:
         s.post.remote(s.trial_id, s.attempt, result)
     for key, bound in s.stop_at.items():   # checked here too, so the trial stops at exactly this result
-        v = result.get(key)
+        v = lookup(result, key)
         if is_number(v) and v >= bound:
             raise StopTrial(s.trial_id)
     if block:

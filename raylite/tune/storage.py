@@ -35,7 +35,7 @@ import shutil
 import threading
 import warnings
 
-from raylite.tune.metrics import json_default
+from raylite.tune.metrics import flatten, json_default
 from raylite.tune.trial import Trial
 from raylite.util.jsonl import read_json_lines
 
@@ -234,17 +234,6 @@ def load_config(trial_dir: str) -> dict:
             pass
     with open(os.path.join(trial_dir, "params.json")) as f:
         return json.load(f)
-
-
-def flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, key + "/"))
-        else:
-            out[key] = v
-    return out
 
 
 class ResultWriter:

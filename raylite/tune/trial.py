@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raylite.tune.metrics import is_number
+from raylite.tune.metrics import flat_result, is_number, lookup
 
 if TYPE_CHECKING:
     from raylite.train.config import CheckpointConfig
@@ -120,7 +120,7 @@ class Trial:
     # ------------------------------------------------------------------ results
     def add_result(self, result: dict) -> None:
         self.last_result = result
-        for k, v in result.items():
+        for k, v in flat_result(result).items():   # nested metrics as a/b, as Ray's metric_analysis
             if _number(v):
                 self.stats.setdefault(k, MetricStats()).add(float(v))
         name = result.get("checkpoint_dir_name")
@@ -141,7 +141,7 @@ class Trial:
         else:
             sign = 1 if config.checkpoint_score_order == "max" else -1
             ranked = sorted(self.checkpoints, reverse=True,
-                            key=lambda c: sign * c[1][attr] if _number(c[1].get(attr)) else -math.inf)
+                            key=lambda c: sign * v if _number(v := lookup(c[1], attr)) else -math.inf)
         keep = {p for p, _ in ranked[:n]} | {self.checkpoint_path}
         dropped = [p for p, _ in self.checkpoints if p not in keep]
         self.checkpoints = [c for c in self.checkpoints if c[0] in keep]

@@ -34,7 +34,8 @@ from raylite.tune.api import TuneError, _check_arguments, normalize_resources, r
 from raylite.tune.schedulers import as_scheduler
 from raylite.tune.search import Searcher
 from raylite.tune.session import Checkpoint, with_parameters
-from raylite.tune.storage import ExperimentStorage, flatten
+from raylite.tune.metrics import flatten, lookup
+from raylite.tune.storage import ExperimentStorage
 from raylite.tune.trainer_trial import TrainerTrainable, default_concurrency, prepare_param_space
 from raylite.tune.trial import ERROR, TERMINATED, Trial
 from raylite.tune.trial_env import CHDIR_ENV, log_files
@@ -242,23 +243,11 @@ class Result(_TrainResult):
         if mode not in ("max", "min"):
             raise ValueError(f'Unsupported mode: {mode}. Please choose from ["min", "max"]!')
         valid = [(ckpt, v) for ckpt, m in self.best_checkpoints
-                 if (v := _lookup(m, metric)) is not None]
+                 if (v := lookup(m, metric)) is not None]
         if not valid:
             raise RuntimeError(f"Invalid metric name {metric}! You may choose from the following metrics: "
                                f"{(self.metrics or {}).keys()}.")
         return (max if mode == "max" else min)(valid, key=lambda cv: cv[1])[0]
-
-
-def _lookup(metrics: dict, name: str):
-    """`metrics[name]`, or with a/b the nested `metrics["a"]["b"]` (Ray's unflattened_lookup)."""
-    if name in metrics:
-        return metrics[name]
-    node = metrics
-    for key in name.split("/"):
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
 
 
 def _trial_result(trial: Trial) -> Result:

@@ -89,7 +89,7 @@ class Searcher:
         return study.ask(dists)
 
     def _encode_point(self, point: dict) -> dict:
-        from raylite.tune.storage import flatten
+        from raylite.tune.metrics import flatten
         domains = {path_name(p): d for p, d in self.space.domains}
         out = {}
         for name, value in flatten(point).items():
@@ -222,7 +222,7 @@ class OptunaSearch(Searcher):
     def suggest(self, study, index: int):
         if self.define_by_run is None:
             return super().suggest(study, index)
-        from raylite.tune.storage import flatten
+        from raylite.tune.metrics import flatten
         if index < len(self.points_to_evaluate):
             study.enqueue_trial(flatten(self.points_to_evaluate[index]))
         trial = study.ask()
