@@ -76,10 +76,10 @@ def test_best_checkpoints_and_after_report_callbacks(runtime, tmp_path):
                                                checkpoint_config=CheckpointConfig(
                                                    num_to_keep=2, checkpoint_score_attribute="loss",
                                                    checkpoint_score_order="min"))).fit()
-    # the best two by loss; the latest stays on disk for resuming, as in Ray
+    # the best two by loss, worst to best; the latest stays on disk for resuming, as in Ray
     assert [(os.path.basename(c.path), m["loss"]) for c, m in result.best_checkpoints] == \
-        [("checkpoint_000000", 0), ("checkpoint_000001", 1)]
-    assert result.best_checkpoints[0][1]["training_iteration"] == 1
+        [("checkpoint_000001", 1), ("checkpoint_000000", 0)]
+    assert result.best_checkpoints[1][1]["training_iteration"] == 1
     assert sorted(n for n in os.listdir(result.path) if n.startswith("checkpoint_")) == \
         ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
     assert rounds == [([0, 0], "checkpoint_000000"), ([1, 1], "checkpoint_000001"), ([2, 2], "checkpoint_000002")]

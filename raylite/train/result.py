@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
+import numbers
 import os
 import re
 import shutil
@@ -24,6 +26,7 @@ from raylite.util.jsonl import read_json_lines
 
 RESULT_FILE = "result.json"
 PROGRESS_FILE = "progress.csv"
+logger = logging.getLogger("raylite.train")
 _CKPT_RE = re.compile(r"^checkpoint_(\d{6})($|\.tmp-\d+$)")
 
 
@@ -37,8 +40,9 @@ class Result:
 
     def __init__(self, metrics: dict | None, checkpoint: Checkpoint | None, error: BaseException | None = None,
                  path: str | None = None, metrics_history: list | None = None,
-                 best_checkpoints: list | None = None):
+                 best_checkpoints: list | None = None, return_value=None):
         self.metrics = metrics
+        self.return_value = return_value   # rank 0's return value (None if training failed)
         self.checkpoint = checkpoint
         self.error = error
         self.path = path
@@ -65,20 +69,51 @@ class Result:
     def filesystem(self):
         return None
 
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
+        """The best of ``best_checkpoints`` by ``metric`` ("a/b" for nested metrics), as in Ray:
+        checkpoints without the metric are left out."""
+        if not self.best_checkpoints:
+            raise RuntimeError("No checkpoint exists in the trial directory!")
+        if mode not in ("max", "min"):
+            raise ValueError(f'Unsupported mode: {mode}. Please choose from ["min", "max"]!')
+        valid = [(c, flatten_metrics(m)[metric]) for c, m in self.best_checkpoints
+                 if flatten_metrics(m).get(metric) is not None]
+        if not valid:
+            raise RuntimeError(f"Invalid metric name {metric}! You may choose from the following metrics: "
+                               f"{list((self.metrics or {}).keys())}.")
+        return (max if mode == "max" else min)(valid, key=lambda cv: cv[1])[0]
+
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> Result:
-        """Rebuild a Result from a run directory written by a (finished or killed) run."""
+        """Rebuild a Result from a run directory written by a (finished or killed) run. As in Ray, a
+        missing directory, or one no run wrote (no result.json), is a RuntimeError."""
         path = os.path.abspath(os.fspath(path))
+        if not os.path.isdir(path):
+            raise RuntimeError(f"Experiment folder {path} doesn't exist.")
+        if not os.path.isfile(os.path.join(path, RESULT_FILE)):
+            raise RuntimeError(f"Failed to restore the Result object: {RESULT_FILE} doesn't exist in the experiment "
+                               f"folder. Make sure that this is an output directory created by a Ray Train run.")
         history = read_json_lines(os.path.join(path, RESULT_FILE))
         by_name = {r.get("checkpoint_dir_name"): r for r in history if r.get("checkpoint_dir_name")}
-        names = sorted(n for n in (os.listdir(path) if os.path.isdir(path) else [])
-                       if _CKPT_RE.match(n) and "." not in n)
+        names = sorted(n for n in os.listdir(path) if _CKPT_RE.match(n) and "." not in n)
         ckpts = [(Checkpoint(os.path.join(path, n)), by_name.get(n, {})) for n in names]
         return cls(history[-1] if history else None, ckpts[-1][0] if ckpts else None, None, path, history, ckpts)
 
     def __repr__(self) -> str:
         return (f"Result(metrics={self.metrics!r}, checkpoint={self.checkpoint!r}, error={self.error!r}, "
                 f"path={self.path!r})")
+
+
+def flatten_metrics(metrics: dict, prefix: str = "") -> dict:
+    """Nested metrics as one level, keys joined with "/" (``{"a": {"b": 1}}`` -> ``{"a/b": 1}``), as Ray
+    flattens results for ``checkpoint_score_attribute`` and ``get_best_checkpoint``."""
+    flat = {}
+    for key, value in metrics.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten_metrics(value, f"{prefix}{key}/"))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _json_default(value):
@@ -98,7 +133,8 @@ class RunRecorder:
         self.reports = 0                       # rank-0 reports recorded (the history is in result.json)
         self.last: dict | None = None
         self.columns: dict[str, None] = {}     # every metric name so far, in order: progress.csv's header
-        self.checkpoints: list[tuple[int, Checkpoint, dict]] = []   # (index, checkpoint, metrics), kept ones
+        self.checkpoints: list[tuple[int, Checkpoint, dict]] = []   # (index, checkpoint, metrics): kept, worst first
+        self.latest: tuple[int, Checkpoint, dict] | None = None
         self.next_index = 0
         self.attempt = 0
         self.start = time.time()
@@ -148,35 +184,46 @@ class RunRecorder:
         return metrics
 
     def _register(self, name: str, metrics: dict) -> None:
+        """Ray's retention: the list stays ordered worst to best (by score, ties by report order;
+        without a score attribute, by report order), and all but the last ``num_to_keep`` are
+        deleted, except the latest checkpoint (kept for resuming)."""
         index = int(name.split("_")[1])
         self.next_index = max(self.next_index, index + 1)
-        self.checkpoints.append((index, Checkpoint(os.path.join(self.run_dir, name)), metrics))
+        entry = (index, Checkpoint(os.path.join(self.run_dir, name)), metrics)
+        self.latest = entry
+        self.checkpoints.append(entry)
+        if self.ckpt_config.checkpoint_score_attribute is not None:
+            self.checkpoints.sort(key=lambda c: (self._score(c[2]), c[0]))
         n = self.ckpt_config.num_to_keep
-        if n is None or len(self.checkpoints) <= n:
+        if n is None:
             return
-        keep = {c[0] for c in self._best()} | {self.checkpoints[-1][0]}   # the latest is kept for resuming
-        for c in self.checkpoints:
-            if c[0] not in keep:
-                shutil.rmtree(c[1].path, ignore_errors=True)
-        self.checkpoints = [c for c in self.checkpoints if c[0] in keep]
+        drop = [c for c in self.checkpoints[:-n] if c is not entry]
+        self.checkpoints = [c for c in self.checkpoints if c not in drop]
+        for c in drop:
+            shutil.rmtree(c[1].path, ignore_errors=True)
+
+    def _score(self, metrics: dict) -> tuple[bool, float]:
+        """(not NaN, signed score) of a checkpoint's metrics: NaN < -inf < numbers, as in Ray. The
+        attribute is looked up in the flattened metrics ("nested/acc"); a result without it scores
+        -inf (logged, as Ray does)."""
+        attr = self.ckpt_config.checkpoint_score_attribute
+        flat = flatten_metrics(metrics)
+        if attr not in flat:
+            logger.error("Result dict has no key: %s. checkpoint_score_attr must be set to a key in the result "
+                         "dict. Valid keys are: %s", attr, list(flat))
+            value = -math.inf
+        else:
+            value = flat[attr]
+        if isinstance(value, bool) or not isinstance(value, numbers.Number):
+            raise ValueError(f"Unable to persist checkpoint for checkpoint_score_attribute: {attr} with value "
+                             f"{value!r}. This attribute must be numerical.")
+        value = value * (1.0 if self.ckpt_config.checkpoint_score_order == "max" else -1.0)
+        return (False, -math.inf) if math.isnan(value) else (True, value)
 
     def _best(self) -> list:
-        """The best `num_to_keep` kept checkpoints (by score, else the newest), in the order reported."""
+        """Ray's ``best_checkpoints``: the last ``num_to_keep`` of the kept list, worst to best."""
         n = self.ckpt_config.num_to_keep
-        if n is None or len(self.checkpoints) <= n:
-            return list(self.checkpoints)
-        attr = self.ckpt_config.checkpoint_score_attribute
-        if attr is None:
-            ranked = sorted(self.checkpoints, key=lambda c: c[0], reverse=True)
-        else:
-            sign = 1 if self.ckpt_config.checkpoint_score_order == "max" else -1
-
-            def score(c):
-                v = c[2].get(attr)
-                return sign * v if isinstance(v, (int, float)) and not math.isnan(v) else -math.inf
-            ranked = sorted(self.checkpoints, key=score, reverse=True)
-        top = {c[0] for c in ranked[:n]}
-        return [c for c in self.checkpoints if c[0] in top]
+        return list(self.checkpoints if n is None else self.checkpoints[-n:])
 
     def _flush_rounds(self, upto: int | None = None) -> None:
         for seq in sorted(self.rounds):
@@ -192,7 +239,7 @@ class RunRecorder:
 
     @property
     def latest_checkpoint(self) -> Checkpoint | None:
-        return self.checkpoints[-1][1] if self.checkpoints else None
+        return self.latest[1] if self.latest else None
 
     def remove_orphans(self) -> None:
         """Checkpoint directories a dead attempt wrote but never reported."""
@@ -210,7 +257,7 @@ class RunRecorder:
         for cb in self.callbacks:
             if hasattr(cb, "finish_training"):
                 cb.finish_training(error=error is not None)
-        # best_checkpoints, as in Ray: the best num_to_keep (not the latest, kept on disk for resuming)
+        # best_checkpoints, as in Ray: the best num_to_keep, worst to best (the latest may be left out)
         return Result(self.last, self.latest_checkpoint, error, self.run_dir,
                       best_checkpoints=[(c[1], c[2]) for c in self._best()])
 
