@@ -64,3 +64,30 @@ def test_nested_metrics_are_read_flattened(runtime, tmp_path):
     analysis = grid._analysis
     assert analysis.get_best_checkpoint(analysis.best_trial).to_dict() == {"i": 1}
     assert "val/loss" in analysis.best_trial.metric_analysis
+
+
+# ---------------------------------------------------------------------------- strict metric check
+def test_a_result_without_the_metric_is_an_error(runtime, tmp_path, monkeypatch):
+    def trainable(config):
+        tune.report({"loss": 1.0})
+
+    def fit(name):
+        return tune.Tuner(trainable, tune_config=tune.TuneConfig(metric="los", mode="min"),
+                          run_config=run_config(tmp_path, name)).fit()
+
+    with pytest.raises(ValueError, match="specified metric.*`los`.*TUNE_DISABLE_STRICT_METRIC_CHECKING"):
+        fit("typo")
+    monkeypatch.setenv("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    assert fit("lenient")[0].metrics["loss"] == 1.0
+
+
+# ---------------------------------------------------------------------------- done=True
+def test_a_result_with_done_ends_the_trial(runtime, tmp_path):
+    def trainable(config):
+        for i in range(1, 20):
+            tune.report({"loss": 1.0 / i, "done": i == 4})
+
+    grid = tune.Tuner(trainable, run_config=run_config(tmp_path, "done")).fit()
+    assert grid.num_errors == 0 and grid[0].metrics["training_iteration"] == 4
+    assert len(grid[0].metrics_dataframe) == 4
+

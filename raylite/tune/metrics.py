@@ -63,3 +63,22 @@ def json_default(v):
     if isinstance(v, numbers.Real):
         return float(v)
     return repr(v)
+
+
+# Ray's DEBUG_METRICS: keys every result carries, which alone do not make a result worth checking
+_DEBUG_KEYS = frozenset(("trial_id", "experiment_id", "date", "timestamp", "pid", "hostname", "node_ip", "config",
+                         "done"))
+
+
+def check_metrics(flat: dict, expected: list[tuple[str, str]]) -> None:
+    """Ray's strict metric check: a result that lacks a metric the experiment ranks or stops trials
+    by (`expected`: (metric, who expects it)) is a ValueError, so a typo fails the first result
+    instead of a sweep whose every trial silently goes unranked. Results of only debug keys pass."""
+    if sum(k not in _DEBUG_KEYS for k in flat) <= 1:
+        return
+    for metric, where in expected:
+        if metric not in flat:
+            raise ValueError(f"Trial returned a result which did not include the specified metric(s) `{metric}` "
+                             f"that `{where}` expects. Make sure your calls to `tune.report()` include the metric, "
+                             f"or set the TUNE_DISABLE_STRICT_METRIC_CHECKING environment variable to 1. "
+                             f"Result: {flat}")

@@ -39,7 +39,7 @@ import raylite as ray
 from raylite.train.config import CheckpointConfig
 from raylite.tune import session
 from raylite.tune.analysis import ExperimentAnalysis
-from raylite.tune.metrics import flat_result, is_finite, lookup
+from raylite.tune.metrics import check_metrics, flat_result, is_finite, lookup
 from raylite.tune.progress import ProgressReporter, resources_str, units
 from raylite.tune.schedulers import PRUNE, STOP, FIFOScheduler, as_scheduler
 from raylite.tune.search import BasicVariantGenerator
@@ -70,6 +70,8 @@ class TrialRunner:
         self.searcher = search_alg if search_alg is not None else BasicVariantGenerator()
         self.scheduler = as_scheduler(scheduler)
         self.metric, self.mode = metric, mode
+        strict = metric and metric != "_metric" and os.environ.get("TUNE_DISABLE_STRICT_METRIC_CHECKING", "0") != "1"
+        self.expected_metrics = [(metric, "tune.TuneConfig()")] if strict else []   # Ray's DEFAULT_METRIC is exempt
         self.space = self.searcher.set_search_space(config)
         self.num_samples = num_samples
         self.total_trials = None if num_samples == -1 else self.space.num_grid_points * num_samples
@@ -545,6 +547,9 @@ class TrialRunner:
             if name:
                 self.dropped.append(os.path.join(trial.path, name))
             return
+        flat = flat_result(result)   # what the checks, scheduler and `stop=` bounds see, as in Ray
+        if self.expected_metrics:
+            check_metrics(flat, self.expected_metrics)
         trial.add_result(result)
         if self.checkpoint_config is not None and result.get("checkpoint_dir_name"):
             self.dropped += trial.drop_checkpoints(self.checkpoint_config)
@@ -552,7 +557,8 @@ class TrialRunner:
         self.reporter.result_line(trial, result)
         for cb in self.callbacks:
             cb.on_trial_result(iteration=self.iteration, trials=self.trials, trial=trial, result=result)
-        flat = flat_result(result)   # what the scheduler and `stop=` bounds see, as in Ray
+        if result.get("done"):   # Ray's Trial.should_stop; the trial ends itself at this report (session.report)
+            return self._request_stop(trial, "done")
         decision = self.scheduler.on_result(trial, flat)
         if decision == PRUNE:
             return self._request_stop(trial, "pruned")

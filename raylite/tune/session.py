@@ -219,6 +219,8 @@ def report(metrics: dict | None = None, *, checkpoint=None, **kwargs) -> None:
         ref = s.hub.report.remote(s.trial_id, s.attempt, result)
     else:
         s.post.remote(s.trial_id, s.attempt, result)
+    if result.get("done"):   # Ray's Trial.should_stop: a result saying done ends the trial
+        raise StopTrial(s.trial_id)
     for key, bound in s.stop_at.items():   # checked here too, so the trial stops at exactly this result
         v = lookup(result, key)
         if is_number(v) and v >= bound:
