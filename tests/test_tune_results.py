@@ -91,3 +91,19 @@ def test_a_result_with_done_ends_the_trial(runtime, tmp_path):
     assert grid.num_errors == 0 and grid[0].metrics["training_iteration"] == 4
     assert len(grid[0].metrics_dataframe) == 4
 
+
+# ---------------------------------------------------------------------------- storage URIs
+def test_storage_path_file_uri_is_local_and_other_schemes_are_errors(runtime, tmp_path):
+    def trainable(config):
+        tune.report({"loss": 1.0})
+
+    grid = tune.Tuner(trainable, run_config=run_config(f"file://{tmp_path}/uri", "exp")).fit()
+    assert grid.experiment_path == str(tmp_path / "uri" / "exp") and os.path.isdir(grid[0].path)
+    analysis = tune.run(trainable, storage_path=f"file://{tmp_path}/run", name="exp", verbose=0)
+    assert analysis.experiment_path == str(tmp_path / "run" / "exp")
+    with pytest.raises(ValueError, match="s3://bucket/x.*local"):
+        tune.RunConfig(storage_path="s3://bucket/x")
+    with pytest.raises(ValueError, match="gs://bucket/x"):
+        tune.run(trainable, storage_path="gs://bucket/x", verbose=0)
+    assert not os.path.exists("gs:") and not os.path.exists("s3:")
+

@@ -14,6 +14,20 @@ def default_storage_path() -> str:
     return os.path.expanduser(os.environ.get(DEFAULT_STORAGE_ENV) or "~/raylite_results")
 
 
+def local_storage_path(path: str | os.PathLike) -> str:
+    """``storage_path`` as a local path: a ``file://`` URI is its path (as in Ray); any other
+    scheme (``s3://``, ``gs://``, ...) is a ValueError, as storage is local here (else it would
+    become a ``./s3:/...`` directory)."""
+    path = os.fspath(path)
+    scheme, sep, rest = path.partition("://")
+    if not sep:
+        return path
+    if scheme.lower() == "file":
+        return rest
+    raise ValueError(f"storage_path={path!r}: raylite stores results on the local filesystem only; pass a local "
+                     f"directory or a file:// URI (for cloud storage, sync that directory yourself)")
+
+
 @dataclass
 class ScalingConfig:
     """How many workers and what each one holds.
@@ -145,6 +159,10 @@ class RunConfig:
     callbacks: list | None = None
     verbose: int = 1
     stop: Any = None
+
+    def __post_init__(self):
+        if self.storage_path is not None:
+            self.storage_path = local_storage_path(self.storage_path)
 
 
 @dataclass

@@ -35,6 +35,7 @@ import shutil
 import threading
 import warnings
 
+from raylite.train.config import local_storage_path
 from raylite.tune.metrics import flatten, json_default
 from raylite.tune.trial import Trial
 from raylite.util.jsonl import read_json_lines
@@ -96,7 +97,7 @@ class _IOThread:
 
 class ExperimentStorage:
     def __init__(self, storage_path: str | os.PathLike | None, name: str):
-        root = (os.fspath(storage_path) if storage_path is not None
+        root = (local_storage_path(storage_path) if storage_path is not None
                 else os.environ.get("RAYLITE_RESULTS_DIR") or DEFAULT_STORAGE)
         self.root = os.path.abspath(os.path.expanduser(root))
         self.name = name
