@@ -107,3 +107,27 @@ def test_storage_path_file_uri_is_local_and_other_schemes_are_errors(runtime, tm
         tune.run(trainable, storage_path="gs://bucket/x", verbose=0)
     assert not os.path.exists("gs:") and not os.path.exists("s3:")
 
+
+# ---------------------------------------------------------------------------- BasicVariantGenerator
+def test_basic_variant_generator_takes_rays_arguments(runtime, tmp_path):
+    from raylite.tune.search import BasicVariantGenerator
+
+    def trainable(config):
+        import time
+        time.sleep(0.05)
+        tune.report({"loss": config["b"]})
+
+    space = {"a": tune.grid_search([1, 2, 3]), "b": tune.uniform(0, 1)}
+    rc = dict(storage_path=str(tmp_path), verbose=0)
+    bvg = BasicVariantGenerator([{"b": 0.5}], 1, True, 0)   # Ray's positional order
+    analysis = tune.run(trainable, config=space, num_samples=3, search_alg=bvg, name="cgs", **rc)
+    configs = [t.config for t in sorted(analysis.trials, key=lambda t: t.index)]
+    assert [c["a"] for c in configs] == [1, 2, 3] * 3
+    assert configs[0]["b"] == 0.5   # the point to evaluate
+    for sample in range(1, 3):      # constant_grid_search: one draw per sample, kept over the grid
+        assert len({c["b"] for c in configs[3 * sample:3 * sample + 3]}) == 1
+    assert configs[3]["b"] != configs[6]["b"]
+    starts = sorted((t.start_time, t.end_time) for t in analysis.trials)
+    assert all(b[0] >= a[1] - 0.01 for a, b in zip(starts, starts[1:]))   # max_concurrent=1
+    with pytest.raises(TypeError, match="random_state="):
+        BasicVariantGenerator(42)

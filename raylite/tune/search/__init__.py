@@ -59,11 +59,12 @@ class Searcher:
         self.space = space
         return space
 
-    def suggest(self, study, index: int):
-        """(config, optuna trial) for the index-th trial of the experiment."""
+    def suggest(self, study, index: int, keep: dict | None = None):
+        """(config, optuna trial) for the index-th trial of the experiment; `keep`: sampled
+        values (Optuna params) to reuse rather than draw."""
         space = self.space
         dists = space.distributions()
-        fixed: dict = {}
+        fixed: dict = dict(keep or {})
         grid = space.grid_point(index % space.num_grid_points) if space.grids else {}
         for path, value in grid.items():
             name, stored, dist = space.grid_param(path, value)
@@ -114,11 +115,35 @@ class BasicVariantGenerator(Searcher):
     """Ray's default search: every grid point, `num_samples` times; other domains sampled at random
     by Optuna's RandomSampler, seeded by `random_state` or, without one, from numpy's global random
     state when the experiment starts (Ray draws from it too), so `np.random.seed(...)` before
-    `fit()` repeats the configs."""
+    `fit()` repeats the configs.
 
-    def __init__(self, random_state: int | None = None, points_to_evaluate=None):
+    Ray's arguments: `points_to_evaluate` (configs run first), `max_concurrent` (a bound on running
+    trials, 0: none; folded into `max_concurrent_trials`), `constant_grid_search` (each sample's
+    random values are drawn once and kept for every grid point of that sample, so grid points are
+    compared on the same draws; by default every grid point draws its own)."""
+
+    def __init__(self, points_to_evaluate: list[dict] | None = None, max_concurrent: int = 0,
+                 constant_grid_search: bool = False, random_state=None):
+        if points_to_evaluate is not None and not isinstance(points_to_evaluate, (list, tuple)):
+            raise TypeError(f"BasicVariantGenerator(points_to_evaluate=...) must be a list of configs, got "
+                            f"{points_to_evaluate!r} (as in Ray, the first argument is points_to_evaluate; "
+                            f"a seed goes in random_state=)")
+        if not isinstance(max_concurrent, int) or isinstance(max_concurrent, bool) or max_concurrent < 0:
+            raise ValueError(f"BasicVariantGenerator(max_concurrent=...) must be an integer >= 0, got {max_concurrent!r}")
         super().__init__(points_to_evaluate=points_to_evaluate)
+        self.max_concurrent, self.constant_grid_search = max_concurrent, constant_grid_search
         self.random_state = random_state
+        self._drawn: tuple[int, dict] = (-1, {})   # the current sample's random values (constant_grid_search)
+
+    def suggest(self, study, index: int):
+        if not self.constant_grid_search or index < len(self.points_to_run):
+            return super().suggest(study, index)
+        sample = index // self.space.num_grid_points   # trials are asked for in index order
+        keep = self._drawn[1] if self._drawn[0] == sample else None
+        config, trial = super().suggest(study, index, keep)
+        if keep is None:   # the sample's first grid point drew them
+            self._drawn = (sample, {k: trial.params[k] for k in self.space.distributions()})
+        return config, trial
 
     def make_sampler(self):
         seed = self.random_state
@@ -270,11 +295,16 @@ class ConcurrencyLimiter(Searcher):
 
 
 def unwrap_limiter(search_alg, max_concurrent_trials: int | None) -> tuple:
-    """(searcher, max_concurrent_trials) with a ConcurrencyLimiter folded into the bound."""
-    if not isinstance(search_alg, ConcurrencyLimiter):
-        return search_alg, max_concurrent_trials
-    bounds = [b for b in (max_concurrent_trials, search_alg.max_concurrent) if b]
-    return search_alg.searcher, min(bounds)
+    """(searcher, max_concurrent_trials) with a ConcurrencyLimiter's or BasicVariantGenerator's
+    `max_concurrent` folded into the bound (the smallest wins)."""
+    bounds = [max_concurrent_trials]
+    while True:
+        bounds.append(getattr(search_alg, "max_concurrent", None))
+        if not isinstance(search_alg, ConcurrencyLimiter):
+            break
+        search_alg = search_alg.searcher
+    bounds = [b for b in bounds if b]
+    return search_alg, min(bounds) if bounds else None
 
 
 class _OptunaDomain(Domain):
