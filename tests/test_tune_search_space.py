@@ -156,3 +156,12 @@ def test_optuna_search_points_to_evaluate_first():
     searcher = OptunaSearch(metric="x", mode="min", seed=0, points_to_evaluate=[{"m": {"u": 0.25}, "c": "b"}])
     cfgs = sample_configs({"m": {"u": tune.uniform(0, 1)}, "c": tune.choice(["a", "b"])}, 3, searcher)
     assert cfgs[0] == {"m": {"u": 0.25}, "c": "b"}
+
+
+def test_domain_sample_takes_rays_arguments():
+    values = tune.randint(0, 10).sample(size=3)
+    assert isinstance(values, list) and len(values) == 3 and all(0 <= v < 10 for v in values)
+    assert tune.uniform(0, 1).sample(size=5, random_state=7) == tune.uniform(0, 1).sample(None, 5, 7)
+    np = pytest.importorskip("numpy")
+    assert tune.choice(["a", "b"]).sample(random_state=np.random.RandomState(0)) in ("a", "b")
+    assert tune.loguniform(1e-4, 1e-1).sample(random_state=np.random.default_rng(0)) > 0

@@ -39,9 +39,15 @@ class Domain:
     def decode(self, value):
         return value
 
-    def sample(self, rng: random.Random | None = None):
-        """One value without Optuna (Ray's `Domain.sample`), for quick checks."""
-        rng = rng or random.Random()
+    def sample(self, config: dict | None = None, size: int = 1, random_state=None):
+        """Values drawn without Optuna, as Ray's `Domain.sample`: one value, or a list of `size`.
+        `random_state`: a seed, a `random.Random`, or numpy's RandomState/Generator (seeds one).
+        `config` is Ray's argument for `sample_from` functions; a domain ignores it."""
+        rng = _rng(random_state)
+        values = [self._draw(rng) for _ in range(size)]
+        return values[0] if size == 1 else values
+
+    def _draw(self, rng: random.Random):
         dist = self.to_optuna()
         if isinstance(dist, od.CategoricalDistribution):
             return self.decode(rng.choice(dist.choices))
@@ -52,6 +58,18 @@ class Domain:
         if isinstance(dist, od.IntDistribution):
             raw = min(dist.high, max(dist.low, int(round(raw))))
         return self.decode(raw)
+
+
+def _rng(random_state) -> random.Random:
+    if random_state is None or isinstance(random_state, int):
+        return random.Random(random_state)
+    if isinstance(random_state, random.Random):
+        return random_state
+    if hasattr(random_state, "integers"):   # numpy Generator
+        return random.Random(int(random_state.integers(0, 2**31 - 1)))
+    if hasattr(random_state, "randint"):   # numpy RandomState
+        return random.Random(int(random_state.randint(0, 2**31 - 1)))
+    raise TypeError(f"random_state must be a seed, a random.Random or a numpy random state, got {random_state!r}")
 
 
 def _quantize(value: float, q: float, low: float, high: float) -> float:
