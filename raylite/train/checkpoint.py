@@ -1,8 +1,8 @@
 """Checkpoint: a directory of files, as in Ray Train 2.x.
 
 On raylite's local backend every worker shares the driver's filesystem, so a checkpoint is simply a
-path: rank 0 copies the directory it reports into the run directory, and ``get_checkpoint`` hands
-the persisted path to the workers of the next attempt.
+path: each rank copies the directory it reports into the round's checkpoint directory under the run
+directory, and ``get_checkpoint`` hands the persisted path to the workers of the next attempt.
 """
 from __future__ import annotations
 
@@ -77,17 +77,30 @@ class Checkpoint:
         return (Checkpoint, (self.path,))
 
 
-def persist(checkpoint: Checkpoint, run_dir: str, name: str) -> str:
-    """Copy ``checkpoint`` to ``run_dir/name`` atomically (copy aside, then rename); returns the path."""
+def persist(checkpoint: Checkpoint, run_dir: str, name: str, owner: bool = True) -> str:
+    """Copy ``checkpoint``'s files into ``run_dir/name``, where every rank that reported a checkpoint
+    in this round puts its own (merged, as Ray uploads each rank's files into one checkpoint
+    directory). Each file lands whole (copied aside, then renamed); where two ranks write the same
+    file name the ``owner``'s (rank 0's) is the one kept, whichever copies first. Returns the path."""
     if not isinstance(checkpoint, Checkpoint):
         raise TypeError(f"checkpoint must be a raylite.train.Checkpoint, got {type(checkpoint).__name__}")
     dest = os.path.join(run_dir, name)
     if os.path.abspath(checkpoint.path) == os.path.abspath(dest):
         return dest
-    tmp = f"{dest}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(checkpoint.path, tmp)
-    if os.path.exists(dest):   # left by an attempt that died before reporting it
-        shutil.rmtree(dest, ignore_errors=True)
-    os.rename(tmp, dest)
+    for root, _, files in os.walk(checkpoint.path):
+        out = os.path.normpath(os.path.join(dest, os.path.relpath(root, checkpoint.path)))
+        os.makedirs(out, exist_ok=True)
+        for file in files:
+            target = os.path.join(out, file)
+            tmp = os.path.join(out, f".{file}.tmp-{os.getpid()}")
+            shutil.copy2(os.path.join(root, file), tmp)
+            if owner:
+                os.replace(tmp, target)
+                continue
+            try:
+                os.link(tmp, target)   # never replaces: rank 0's file stays
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
     return dest

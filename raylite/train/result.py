@@ -2,7 +2,7 @@
 
     <run dir>/result.json      one JSON object per rank-0 report (JSON lines), written as they arrive
     <run dir>/progress.csv     the same history as CSV, written when the run ends
-    <run dir>/checkpoint_NNNNNN/   checkpoints reported by rank 0 (the last N kept, see CheckpointConfig)
+    <run dir>/checkpoint_NNNNNN/   checkpoints of report rounds, every reporting rank's files merged (the last N kept)
 
 The history lives in ``result.json`` only: the recorder keeps the last report, not every one (a
 long run reporting every step would otherwise grow the driver by about 0.7 KB per report), and
@@ -138,8 +138,7 @@ class RunRecorder:
         self.next_index = 0
         self.attempt = 0
         self.start = time.time()
-        self.rounds: dict[int, dict[int, dict]] = {}
-        self.round_checkpoints: dict[int, Checkpoint] = {}   # seq -> rank 0's checkpoint, for after_report
+        self.rounds: dict[int, dict[int, tuple]] = {}   # seq -> rank -> (metrics, checkpoint name, time)
         self.error: BaseException | None = None
         self._json = open(os.path.join(self.run_dir, RESULT_FILE), "w")
         for cb in self.callbacks:
@@ -148,29 +147,42 @@ class RunRecorder:
 
     # -- during the run --
     def begin_attempt(self, attempt: int) -> None:
-        self._flush_rounds()
+        """Rounds a failed attempt left incomplete are dropped (Ray: none of them is valid)."""
+        self.rounds = {}
         self.attempt = attempt
 
     def add(self, items: list) -> None:
-        """Record one drained batch of reports (written to result.json together, one flush per batch)."""
+        """Record one drained batch of reports (written to result.json together, one flush per batch).
+        A round is committed once every rank's report is in, as Ray's report handler does: rank 0's
+        metrics, and the checkpoint any rank copied (all copy into the same directory)."""
         for attempt, rank, seq, metrics, ckpt_name, ts in items:
             if attempt != self.attempt:
                 continue
-            if rank == 0:
-                recorded = self._record(dict(metrics), ckpt_name, ts) if metrics is not None else {}
-                ckpt = Checkpoint(os.path.join(self.run_dir, ckpt_name)) if ckpt_name is not None else None
-                if ckpt is not None:
-                    self._register(ckpt_name, recorded)
-                    if metrics is not None and self.callbacks:
-                        self.round_checkpoints[seq] = ckpt
-                for cb in self.callbacks:   # raylite.tune's hook: a Train run inside a trial reports to Tune
-                    if metrics is not None and hasattr(cb, "on_rank0_report"):
-                        cb.on_rank0_report(recorded, ckpt)
-            if metrics is not None and self.callbacks:
-                self.rounds.setdefault(seq, {})[rank] = metrics
-                if len(self.rounds[seq]) == self.world_size:
-                    self._flush_rounds(upto=seq)
+            if metrics is None:   # Ray 1.x save_checkpoint: rank 0's checkpoint, no round
+                self._register(ckpt_name, {})
+                continue
+            round_ = self.rounds.setdefault(seq, {})
+            round_[rank] = (metrics, ckpt_name, ts)
+            if len(round_) == self.world_size:
+                self._commit(self.rounds.pop(seq))
         self._json.flush()
+
+    def _commit(self, round_: dict[int, tuple]) -> None:
+        metrics, _, ts = round_[0]
+        name = next((n for _, (_, n, _) in sorted(round_.items()) if n is not None), None)
+        recorded = self._record(dict(metrics), name, ts)
+        ckpt = None
+        if name is not None:
+            self._register(name, recorded)
+            ckpt = self.latest[1]
+        results = [m for _, (m, _, _) in sorted(round_.items())]
+        for cb in self.callbacks:
+            if hasattr(cb, "on_rank0_report"):   # raylite.tune's hook: a Train run inside a trial reports to Tune
+                cb.on_rank0_report(recorded, ckpt)
+            if hasattr(cb, "handle_result"):
+                cb.handle_result(results)
+            if hasattr(cb, "after_report"):   # Ray Train 2.x's UserCallback (run_context is None here)
+                cb.after_report(None, results, ckpt)
 
     def _record(self, metrics: dict, ckpt_name: str | None, ts: float) -> dict:
         auto = {"training_iteration": self.reports + 1, "time_total_s": round(ts - self.start, 6),
@@ -225,18 +237,6 @@ class RunRecorder:
         n = self.ckpt_config.num_to_keep
         return list(self.checkpoints if n is None else self.checkpoints[-n:])
 
-    def _flush_rounds(self, upto: int | None = None) -> None:
-        for seq in sorted(self.rounds):
-            if upto is not None and seq > upto:
-                break
-            results = [m for _, m in sorted(self.rounds.pop(seq).items())]
-            checkpoint = self.round_checkpoints.pop(seq, None)
-            for cb in self.callbacks:
-                if hasattr(cb, "handle_result"):
-                    cb.handle_result(results)
-                if hasattr(cb, "after_report"):   # Ray Train 2.x's UserCallback (run_context is None here)
-                    cb.after_report(None, results, checkpoint)
-
     @property
     def latest_checkpoint(self) -> Checkpoint | None:
         return self.latest[1] if self.latest else None
@@ -250,7 +250,6 @@ class RunRecorder:
 
     # -- at the end --
     def finish(self, error: BaseException | None = None) -> Result:
-        self._flush_rounds()
         self._json.close()
         self.error = error
         self._write_csv()

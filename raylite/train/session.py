@@ -32,31 +32,47 @@ class SessionInfo:
     experiment_name: str | None = None
     trial_name: str | None = None
     checkpoint: Checkpoint | None = None      # to resume from
-    next_checkpoint_index: int = 0
     attempt: int = 0
     use_gpu: bool = False
-    reporter: object = None                    # the driver's _Reporter actor
+    reporter: object = None                    # the driver's _Reporter actor (reports, collectives)
     metadata: dict = field(default_factory=dict)
 
 
 class _Session:
     def __init__(self, info: SessionInfo):
         self.info = info
-        self.seq = 0
-        self.ckpt_index = info.next_checkpoint_index
+        self.seq = 0          # report rounds
+        self.collective = 0   # collectives (report rounds included): every rank counts the same
 
-    def report(self, metrics: dict, checkpoint: Checkpoint | None) -> None:
+    def gather(self, value, name_if_any: bool = False) -> tuple[list, str | None]:
+        """Wait until every rank has made this collective call; every rank's value, and the
+        round's checkpoint name (see _Reporter.gather)."""
+        import raylite as ray
         info = self.info
-        name = None
-        if checkpoint is not None and info.world_rank == 0 and info.run_dir:
-            name = f"checkpoint_{self.ckpt_index:06d}"
-            persist(checkpoint, info.run_dir, name)
-            self.ckpt_index += 1
-        seq = -1 if metrics is None else self.seq   # -1: a checkpoint without metrics (1.x save)
-        if info.reporter is not None:   # fire and forget: calls from one caller run in order
-            info.reporter.report.remote(info.attempt, info.world_rank, seq, metrics, name, time.time())
+        seq, self.collective = self.collective, self.collective + 1
+        return ray.get(info.reporter.gather.remote(info.attempt, info.world_rank, seq, value, name_if_any))
+
+    def report(self, metrics: dict | None, checkpoint: Checkpoint | None) -> None:
+        """Ray V2's report: a barrier across ranks that agrees on the round's checkpoint directory;
+        each rank with a checkpoint copies its files there, then the driver gets the report (it
+        commits the round, and its checkpoint, once every rank's report is in)."""
+        info = self.info
+        has = checkpoint is not None and info.run_dir is not None
+        if metrics is None:   # Ray 1.x save_checkpoint: rank 0's own checkpoint, no round
+            name = self._allocate() if has else None
+        else:
+            _, name = self.gather(has, name_if_any=True)
+        if name is not None and has:
+            persist(checkpoint, info.run_dir, name, owner=info.world_rank == 0)
+        seq = -1 if metrics is None else self.seq
+        # fire and forget: calls from one caller run in order
+        info.reporter.report.remote(info.attempt, info.world_rank, seq, metrics, name if has else None, time.time())
         if metrics is not None:
             self.seq += 1
+
+    def _allocate(self) -> str:
+        import raylite as ray
+        return ray.get(self.info.reporter.allocate.remote(self.info.attempt))
 
 
 _session: _Session | None = None
@@ -188,11 +204,13 @@ def _plain(value):
 
 
 def report(metrics: dict | None = None, checkpoint: Checkpoint | None = None, **kwargs) -> None:
-    """Record one round of metrics (and optionally a checkpoint) from this worker.
+    """Record one round of metrics (and optionally a checkpoint) from this worker: a barrier, as in
+    Ray, that every rank must call.
 
     ``report({"loss": l}, checkpoint=Checkpoint.from_directory(d))`` (2.x) or ``report(loss=l)`` (1.x).
-    The driver keeps rank 0's metrics as the run's history; rank 0's checkpoint is copied into the
-    run directory before this returns, so ``d`` may be deleted afterwards.
+    The driver keeps rank 0's metrics as the run's history; the files of every rank's checkpoint
+    are copied into the round's one checkpoint directory before this returns, so ``d`` may be
+    deleted afterwards.
     """
     if metrics is None:
         metrics = kwargs

@@ -316,8 +316,13 @@ class Trainer:
                              local_world_size=lay.local_world_size, node_rank=lay.node_rank,
                              run_dir=recorder.run_dir, experiment_name=experiment_name,
                              trial_name=os.path.basename(recorder.run_dir), checkpoint=checkpoint,
-                             next_checkpoint_index=recorder.next_index, attempt=attempt, use_gpu=self.use_gpu,
+                             attempt=attempt, use_gpu=self.use_gpu,
                              reporter=self._reporter) for r, lay in enumerate(group.layouts)]
+        try:   # the reporter names this attempt's checkpoints and forgets earlier attempts' collectives
+            ray.get(self._reporter.begin.remote(attempt, n, recorder.next_index))
+        except exceptions.RayActorError as e:
+            self._reporter = None
+            raise _ReporterDied(e) from e
         refs = group.run(train_func, config, infos)
         rank_of = {r: i for i, r in enumerate(refs)}
         results: list = [None] * n

@@ -3,11 +3,12 @@ backend is a plain BackendConfig (DataParallelTrainer), and the reporter actor t
 ``train.report`` calls from the workers to the driver.
 
 Reports: every worker sends each report, fire-and-forget, to one small ``_Reporter`` actor
-(0 CPUs) that only buffers them; the driver drains it while it waits on the workers. Reports and
+(0 CPUs) that buffers them; the driver drains it while it waits on the workers. Reports and
 checkpoint registrations so survive a worker's death, and the driver never needs a second call
-into a busy worker (actor calls run one at a time). Checkpoint files do not travel through it:
-rank 0 copies them into the run directory itself, so on a Ray cluster of several machines the run
-directory (``RunConfig.storage_path``) must be on storage every node mounts, as Ray Train asks too.
+into a busy worker (actor calls run one at a time). The same actor is where ranks meet in
+``report``'s barrier (and ``train.collective``). Checkpoint files do not travel through it: each
+rank copies its files into the run directory itself, so on a Ray cluster of several machines the
+run directory (``RunConfig.storage_path``) must be on storage every node mounts, as Ray Train asks too.
 
 Ranks follow ``raylite.util.placement``: one node's workers get consecutive ranks. The process
 group meets in a file store when every worker is on the driver's machine (nothing listens), else
@@ -15,6 +16,7 @@ in the TCP store on rank 0's node (``raylite.util.rendezvous``).
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import os
@@ -33,20 +35,64 @@ from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 logger = logging.getLogger("raylite.train")
 
 PENDING_WARNING_S = 30.0        # say which resources block the workers after this long
+COLLECTIVE_WARN_S = 60.0        # say which ranks a collective still waits for after this long (Ray's interval)
 
 
 class _Reporter:
-    """Buffers (attempt, rank, seq, metrics, checkpoint name, time) tuples until the driver drains them."""
+    """Buffers (attempt, rank, seq, metrics, checkpoint name, time) tuples until the driver drains
+    them, and is the ranks' meeting point: ``gather`` is the barrier of ``train.report`` and of
+    ``train.collective`` (an async actor, so ranks can wait in it side by side)."""
 
     def __init__(self):
         self.items: list = []
+        self.attempt, self.world_size, self.next_index = -1, 1, 0
+        self.rounds: dict[int, tuple[dict, asyncio.Future]] = {}
 
-    def report(self, *item) -> None:
+    async def begin(self, attempt: int, world_size: int, next_index: int) -> None:
+        """A new attempt: ranks of earlier ones still waiting (already killed) are let go."""
+        for _, waiter in self.rounds.values():
+            if not waiter.done():
+                waiter.set_exception(RuntimeError(f"raylite.train: attempt {self.attempt} was torn down"))
+        self.attempt, self.world_size, self.next_index, self.rounds = attempt, world_size, next_index, {}
+
+    async def report(self, *item) -> None:
         self.items.append(item)
 
-    def drain(self) -> list:
+    async def drain(self) -> list:
         items, self.items = self.items, []
         return items
+
+    async def allocate(self, attempt: int) -> str:
+        """A checkpoint name for one rank's own checkpoint (Ray 1.x's save_checkpoint, rank 0 only)."""
+        self._check(attempt)
+        return self._next_name()
+
+    async def gather(self, attempt: int, rank: int, seq: int, value, name_if_any: bool = False) -> tuple:
+        """Every rank's ``value`` for collective ``seq`` (in rank order) once all have called, and,
+        with ``name_if_any``, the checkpoint name of this round if any rank's value is true."""
+        self._check(attempt)
+        values, waiter = self.rounds.setdefault(seq, ({}, asyncio.get_running_loop().create_future()))
+        values[rank] = value
+        if len(values) == self.world_size:
+            ordered = [values[r] for r in range(self.world_size)]
+            waiter.set_result((ordered, self._next_name() if name_if_any and any(ordered) else None))
+            del self.rounds[seq]
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(waiter), COLLECTIVE_WARN_S)
+            except asyncio.TimeoutError:
+                missing = sorted(set(range(self.world_size)) - set(values))
+                logger.warning("raylite.train: rank %d has waited %.0f s more in a collective (train.report or "
+                               "train.collective) for ranks %s: every rank must make the same calls",
+                               rank, COLLECTIVE_WARN_S, missing)
+
+    def _check(self, attempt: int) -> None:
+        if attempt != self.attempt:
+            raise RuntimeError(f"raylite.train: attempt {attempt} is over (now {self.attempt})")
+
+    def _next_name(self) -> str:
+        self.next_index += 1
+        return f"checkpoint_{self.next_index - 1:06d}"
 
 
 class _TrainWorker:
