@@ -99,3 +99,28 @@ def test_a_rank_dying_while_others_wait_in_report_restarts_from_the_last_complet
     assert [(m["step"], m["start"]) for m in result.metrics_history] == [(0, 0), (1, 0), (2, 2), (3, 2)]
     assert sorted(n for n in os.listdir(result.path) if n.startswith("checkpoint_")) == \
         [f"checkpoint_{i:06d}" for i in range(4)]
+
+
+def _resumable(config):
+    import tempfile
+    start = 0
+    ckpt = train.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d, open(os.path.join(d, "state.json")) as f:
+            start = json.load(f)["step"] + 1
+    for step in range(start, 4):
+        with tempfile.TemporaryDirectory() as d:
+            train.report({"step": step, "start": start},
+                         checkpoint=_write(d, {"state.json": json.dumps({"step": step})}))
+        if step == 1 and config["crash"]:
+            raise RuntimeError("the driver's job failed")
+
+
+def test_rerun_with_the_same_name_resumes_from_that_runs_latest_checkpoint(runtime, tmp_path):
+    with pytest.raises(train.TrainingFailedError):
+        _fit(_resumable, tmp_path, {"crash": True}, name="same")
+    result = _fit(_resumable, tmp_path, {"crash": False}, name="same")   # Ray V2: same run, resumed
+    assert result.path == str(tmp_path / "same") and not (tmp_path / "same_2").exists()
+    assert [(m["step"], m["start"]) for m in result.metrics_history] == [(0, 0), (1, 0), (2, 2), (3, 2)]
+    again = _fit(_resumable, tmp_path, {"crash": False}, name="same")    # finished: nothing left to do
+    assert again.checkpoint.path.endswith("checkpoint_000003") and again.metrics["step"] == 3

@@ -184,15 +184,13 @@ def test_torch_trainer_fit_failure_raises_with_partial_result(runtime, tmp_path)
     trainer = TorchTrainer(_fit_loop, {"epochs": 2, "fail": True},
                            scaling_config=ScalingConfig(num_workers=1),
                            run_config=RunConfig(name="exp", storage_path=str(tmp_path)))
-    (tmp_path / "exp").mkdir()
-    (tmp_path / "exp" / "result.json").write_text("")           # a previous run: not overwritten
     with pytest.raises(TrainingFailedError) as exc:
         trainer.fit()
     err = exc.value
     assert isinstance(err.__cause__, ValueError) and "fit-loop failure" in str(err)
     assert "rank 0 of 1" in str(err) and "Traceback" in str(err)
     assert err.result.error is err.__cause__
-    assert err.result.path == str(tmp_path / "exp_2")
+    assert err.result.path == str(tmp_path / "exp")
     assert [m["epoch"] for m in err.result.metrics_history] == [0, 1]
     assert err.result.checkpoint.path.endswith("checkpoint_000001")
 

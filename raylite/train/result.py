@@ -124,7 +124,7 @@ class RunRecorder:
     """Driver side of one run: history file, checkpoint registry and retention, callbacks."""
 
     def __init__(self, run_dir: str, world_size: int, checkpoint_config: CheckpointConfig | None = None,
-                 callbacks: list | None = None, config=None):
+                 callbacks: list | None = None, config=None, resume: bool = False):
         self.run_dir = os.path.abspath(run_dir)
         os.makedirs(self.run_dir, exist_ok=True)
         self.world_size = world_size
@@ -140,10 +140,28 @@ class RunRecorder:
         self.start = time.time()
         self.rounds: dict[int, dict[int, tuple]] = {}   # seq -> rank -> (metrics, checkpoint name, time)
         self.error: BaseException | None = None
-        self._json = open(os.path.join(self.run_dir, RESULT_FILE), "w")
+        history_file = os.path.join(self.run_dir, RESULT_FILE)
+        previous = read_json_lines(history_file) if resume and os.path.isfile(history_file) else []
+        self._json = open(history_file, "a" if previous else "w")
+        if previous:
+            self._restore(previous)
         for cb in self.callbacks:
             if hasattr(cb, "start_training"):
                 cb.start_training(logdir=self.run_dir, config=config or {})
+
+    def _restore(self, history: list[dict]) -> None:
+        """Pick up a previous run of this directory (a rerun with the same RunConfig name, Ray V2's
+        job-level fault tolerance): its history goes on, and its kept checkpoints count, so
+        ``get_checkpoint()`` returns its latest. Directories no report names are removed."""
+        logger.info("raylite.train: a previous run was found in %s; resuming from its latest checkpoint. Use "
+                    "a new RunConfig(name) (or delete that directory) to start from scratch.", self.run_dir)
+        self.reports, self.last = len(history), history[-1]
+        for metrics in history:
+            self.columns.update(dict.fromkeys(metrics))
+            name = metrics.get("checkpoint_dir_name")
+            if name and os.path.isdir(os.path.join(self.run_dir, name)):
+                self._register(name, metrics)
+        self.remove_orphans()
 
     # -- during the run --
     def begin_attempt(self, attempt: int) -> None:

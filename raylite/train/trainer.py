@@ -253,7 +253,7 @@ class Trainer:
         return self.last_result.best_checkpoints[-1][0].path
 
     def _execute(self, train_func, config, run_dir: str, checkpoint, checkpoint_config, callbacks,
-                 experiment_name: str | None = None) -> tuple[list, Result]:
+                 experiment_name: str | None = None, resume: bool = False) -> tuple[list, Result]:
         if not callable(train_func):
             raise TypeError(f"train_func must be callable, got {type(train_func).__name__}")
         if config and not takes_config(train_func):
@@ -261,7 +261,7 @@ class Trainer:
                             f"was given; define it as train_func(config)")
         with self._lock:
             self.latest_run_dir = run_dir
-            recorder = RunRecorder(run_dir, self._scaling.num_workers, checkpoint_config, callbacks, config)
+            recorder = RunRecorder(run_dir, self._scaling.num_workers, checkpoint_config, callbacks, config, resume)
             error: BaseException | None = None
             try:
                 returns = self._attempts(train_func, config, recorder, checkpoint, experiment_name)
@@ -420,14 +420,15 @@ class DataParallelTrainer:
         if rc.checkpoint_config is not None:
             rc.checkpoint_config.check_function_trainable(f"a {what}")
         name = rc.name or time.strftime(f"{what}_%Y-%m-%d_%H-%M-%S")
-        run_dir = _unique_dir(os.path.join(os.path.expanduser(rc.storage_path or default_storage_path()), name))
+        run_dir = os.path.join(os.path.expanduser(rc.storage_path or default_storage_path()), name)
         trainer = Trainer(self.backend_config, sc.num_workers, sc.use_gpu, sc.resources_per_worker,
                           max_failures=failure.max_failures)
         trainer._retry_errors = True
         trainer._preflight()   # configuration errors (no GPU, too many workers) raise as they are
         try:
             trainer._execute(self.train_loop_per_worker, self.train_loop_config, run_dir,
-                             self.resume_from_checkpoint, rc.checkpoint_config, rc.callbacks, experiment_name=name)
+                             self.resume_from_checkpoint, rc.checkpoint_config, rc.callbacks, experiment_name=name,
+                             resume=True)
         except TrainingFailedError as e:
             e.result = e.result or trainer.last_result
             raise
@@ -459,12 +460,3 @@ class TorchTrainer(DataParallelTrainer):
     @property
     def torch_config(self) -> TorchConfig:
         return self.backend_config
-
-
-def _unique_dir(path: str) -> str:
-    """``path``, or ``path_2``, ``path_3``... if a previous run already wrote there."""
-    candidate, k = path, 1
-    while os.path.exists(os.path.join(candidate, "result.json")):
-        k += 1
-        candidate = f"{path}_{k}"
-    return candidate
