@@ -107,6 +107,16 @@ def test_tuner_with_a_torch_trainer(runtime, tmp_path):
         tune.Tuner(trainer, param_space={"lr": 0.1})
 
 
+def test_result_return_value_is_rank_zeros(runtime, tmp_path):
+    def loop(config):
+        train.report({"rank": train.get_context().get_world_rank()})
+        return f"rank {train.get_context().get_world_rank()}"
+
+    result = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2),
+                          run_config=RunConfig(name="rv", storage_path=str(tmp_path), verbose=0)).fit()
+    assert result.return_value == "rank 0" and result.metrics["rank"] == 0
+
+
 def test_tuner_with_a_data_parallel_trainer(runtime, tmp_path):
     """A framework-free trainer is tuned the same way (Ray's key-concepts pages)."""
     from raylite.train.data_parallel_trainer import DataParallelTrainer

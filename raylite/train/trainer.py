@@ -426,9 +426,10 @@ class DataParallelTrainer:
         trainer._retry_errors = True
         trainer._preflight()   # configuration errors (no GPU, too many workers) raise as they are
         try:
-            trainer._execute(self.train_loop_per_worker, self.train_loop_config, run_dir,
-                             self.resume_from_checkpoint, rc.checkpoint_config, rc.callbacks, experiment_name=name,
-                             resume=True)
+            returns, result = trainer._execute(self.train_loop_per_worker, self.train_loop_config, run_dir,
+                                               self.resume_from_checkpoint, rc.checkpoint_config, rc.callbacks,
+                                               experiment_name=name, resume=True)
+            result.return_value = returns[0] if returns else None   # rank 0's, as Ray's Result has it
         except TrainingFailedError as e:
             e.result = e.result or trainer.last_result
             raise
@@ -441,7 +442,7 @@ class DataParallelTrainer:
                                    trainer.last_result) from e
         finally:
             trainer.shutdown()
-        return trainer.last_result
+        return result
 
 
 class TorchTrainer(DataParallelTrainer):
