@@ -7,6 +7,7 @@ directory, and ``get_checkpoint`` hands the persisted path to the workers of the
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import shutil
@@ -14,6 +15,7 @@ import tempfile
 import weakref
 
 _DICT_FILE = "dict_checkpoint.pkl"
+METADATA_FILE = ".metadata.json"   # Ray's name: user metadata lives in the directory, so it is persisted with it
 
 
 class Checkpoint:
@@ -62,7 +64,22 @@ class Checkpoint:
         return dest
 
     def get_metadata(self) -> dict:
-        return {}
+        """The metadata stored with this checkpoint (``{}`` when none was set)."""
+        file = os.path.join(self.path, METADATA_FILE)
+        if not os.path.isfile(file):
+            return {}
+        with open(file) as f:
+            return json.load(f)
+
+    def set_metadata(self, metadata: dict) -> None:
+        """Store ``metadata`` (JSON-serializable) with the checkpoint, replacing any set before; set
+        before ``train.report``, it is persisted with the checkpoint's files."""
+        with open(os.path.join(self.path, METADATA_FILE), "w") as f:
+            json.dump(metadata, f)
+
+    def update_metadata(self, metadata: dict) -> None:
+        """Merge ``metadata`` into the checkpoint's stored metadata."""
+        self.set_metadata({**self.get_metadata(), **metadata})
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Checkpoint) and other.path == self.path

@@ -1,0 +1,51 @@
+"""Ray 2.60's smaller Train APIs: checkpoint metadata persisted with the checkpoint.
+
+DataParallelTrainer with 2 workers and no process group: no torch import in the workers.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import cloudpickle
+import pytest
+
+from raylite import train
+from raylite.train import Checkpoint, RunConfig, ScalingConfig
+from raylite.train.checkpoint import METADATA_FILE
+from raylite.train.data_parallel_trainer import DataParallelTrainer
+
+pytestmark = pytest.mark.timeout(120)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers need not import this module
+
+
+def _fit(loop, tmp_path, num_workers=2, **kwargs):
+    return DataParallelTrainer(loop, scaling_config=ScalingConfig(num_workers=num_workers),
+                               run_config=RunConfig(storage_path=str(tmp_path), name="run"), **kwargs).fit()
+
+
+def test_checkpoint_metadata_set_update_get(tmp_path):
+    ckpt = Checkpoint.from_directory(tmp_path)
+    assert ckpt.get_metadata() == {}
+    ckpt.set_metadata({"epoch": 3, "tag": "a"})
+    ckpt.update_metadata({"epoch": 4})
+    assert ckpt.get_metadata() == {"epoch": 4, "tag": "a"}
+    assert os.path.isfile(tmp_path / METADATA_FILE)
+    ckpt.set_metadata({"x": 1})   # replaces
+    assert Checkpoint(str(tmp_path)).get_metadata() == {"x": 1}
+
+
+def _reports_metadata():
+    import tempfile
+    rank = train.get_context().get_world_rank()
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, f"w{rank}"), "w") as f:
+            f.write("x")
+        ckpt = Checkpoint.from_directory(d)
+        ckpt.set_metadata({"epoch": 5, "rank": rank})
+        train.report({"a": 1}, checkpoint=ckpt)
+
+
+def test_metadata_set_in_a_worker_is_persisted_with_the_checkpoint(runtime, tmp_path):
+    result = _fit(_reports_metadata, tmp_path)
+    assert result.checkpoint.get_metadata() == {"epoch": 5, "rank": 0}   # rank 0's, as for any file
