@@ -45,14 +45,6 @@ _LAZY = {
 }
 
 
-_UNSUPPORTED = {   # Ray names a user meets in its docs, and what to do instead
-    "Trainable": "class trainables are not supported; write a function trainable(config) that calls "
-                 "tune.report(...) once per iteration (save/restore state with checkpoints)",
-    "PopulationBasedTraining": "schedulers that mutate configs (PBT, PB2) are not supported",
-    "HyperBandScheduler": "use tune.ASHAScheduler, or scheduler=optuna.pruners.HyperbandPruner(...)",
-    "SyncConfig": "results are on the local filesystem; nothing to sync",
-}
-
 # Ray's submodules, reachable as attributes (`tune.search.BasicVariantGenerator()`) as in Ray.
 _SUBMODULES = ("experiment", "integration", "schedulers", "search", "stopper")
 
@@ -63,8 +55,8 @@ def __getattr__(name: str):
         return importlib.import_module(f"raylite.tune.{name}")
     module = _LAZY.get(name)
     if module is None:
-        why = _UNSUPPORTED.get(name)
-        raise AttributeError(f"module 'raylite.tune' has no attribute {name!r}" + (f": {why}" if why else ""))
+        from raylite.tune._missing import missing
+        raise missing(__name__, name)
     try:
         value = getattr(importlib.import_module(f"raylite.tune.{module}"), name)
     except ModuleNotFoundError as e:

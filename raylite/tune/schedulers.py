@@ -209,3 +209,9 @@ def as_scheduler(scheduler) -> TrialScheduler:
         return OptunaPruner(scheduler)
     raise TypeError(f"scheduler must be a tune scheduler or an Optuna pruner, got {type(scheduler).__name__}")
 
+
+
+def __getattr__(name: str):
+    """Ray's schedulers raylite lacks (PBT, HyperBand) fail with a hint, under `from ... import` too."""
+    from raylite.tune._missing import missing
+    raise missing(__name__, name)

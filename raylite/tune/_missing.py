@@ -1,0 +1,33 @@
+"""The error for a Ray Tune name raylite.tune lacks, with a hint of what to use instead.
+
+Under `from m import X`, Python replaces an AttributeError from the module's `__getattr__` with a
+bare "cannot import name", losing the hint; there this gives an ImportError (which Python lets
+through), elsewhere an AttributeError, so `hasattr(tune, "Trainable")` still answers False."""
+from __future__ import annotations
+
+import dis
+import sys
+
+_IMPORT_FROM = dis.opmap["IMPORT_FROM"]
+
+_PBT = "schedulers that mutate configs (PBT, PB2) are not supported"
+_HYPERBAND = "use tune.ASHAScheduler, or scheduler=optuna.pruners.HyperbandPruner(...)"
+HINTS = {   # Ray names a user meets in its docs, and what to do instead
+    "Trainable": "class trainables are not supported; write a function trainable(config) that calls "
+                 "tune.report(...) once per iteration (save/restore state with checkpoints)",
+    "PopulationBasedTraining": _PBT, "PopulationBasedTrainingReplay": _PBT, "PB2": _PBT,
+    "HyperBandScheduler": _HYPERBAND, "HyperBandForBOHB": _HYPERBAND,
+    "ResourceChangingScheduler": "a trial's resources are fixed for the whole experiment",
+    "SyncConfig": "results are on the local filesystem; nothing to sync",
+}
+
+
+def missing(module: str, name: str) -> Exception:
+    """The exception a module's `__getattr__(name)` raises for a name it lacks (call it from there)."""
+    why = HINTS.get(name)
+    message = f"module {module!r} has no attribute {name!r}" + (f": {why}" if why else "")
+    caller = sys._getframe(2)   # the code that asked: missing <- __getattr__ <- caller
+    if why and caller.f_code.co_code[caller.f_lasti] == _IMPORT_FROM:
+        return ImportError(f"cannot import name {name!r} from {module!r}: raylite.tune does not support it: {why}",
+                           name=module)
+    return AttributeError(message)
