@@ -46,7 +46,7 @@ _LAZY = {
 
 
 # Ray's submodules, reachable as attributes (`tune.search.BasicVariantGenerator()`) as in Ray.
-_SUBMODULES = ("experiment", "integration", "schedulers", "search", "stopper")
+_SUBMODULES = ("error", "experiment", "integration", "result_grid", "schedulers", "search", "stopper", "tune_config")
 
 
 def __getattr__(name: str):
