@@ -1,4 +1,4 @@
-"""Ray 2.60's smaller Train APIs: checkpoint metadata persisted with the checkpoint.
+"""Ray 2.60's smaller Train APIs: checkpoint metadata persisted with the checkpoint; train.collective.
 
 DataParallelTrainer with 2 workers and no process group: no torch import in the workers.
 """
@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import cloudpickle
 import pytest
 
 from raylite import train
-from raylite.train import Checkpoint, RunConfig, ScalingConfig
+from raylite.train import Checkpoint, RunConfig, ScalingConfig, collective
 from raylite.train.checkpoint import METADATA_FILE
 from raylite.train.data_parallel_trainer import DataParallelTrainer
 
@@ -49,3 +50,38 @@ def _reports_metadata():
 def test_metadata_set_in_a_worker_is_persisted_with_the_checkpoint(runtime, tmp_path):
     result = _fit(_reports_metadata, tmp_path)
     assert result.checkpoint.get_metadata() == {"epoch": 5, "rank": 0}   # rank 0's, as for any file
+
+
+def _collectives():
+    rank = train.get_context().get_world_rank()
+    got = collective.broadcast_from_rank_zero({"from": os.getpid()} if rank == 0 else None)
+    if rank == 1:
+        time.sleep(0.5)
+    before = time.time()
+    collective.barrier()
+    train.report({"waited": time.time() - before, "got": got["from"]})   # report's round follows the collectives
+    return got["from"], os.getpid()
+
+
+class _Rounds:
+    def __init__(self):
+        self.rounds = []
+
+    def after_report(self, run_context, metrics, checkpoint):
+        self.rounds.append(metrics)
+
+
+def test_broadcast_from_rank_zero_and_barrier(runtime, tmp_path):
+    seen = _Rounds()
+    result = DataParallelTrainer(_collectives, scaling_config=ScalingConfig(num_workers=2),
+                                 run_config=RunConfig(storage_path=str(tmp_path), callbacks=[seen])).fit()
+    rank0_pid = result.return_value[1]
+    assert [m["got"] for m in seen.rounds[0]] == [rank0_pid, rank0_pid]   # rank 0's data on both ranks
+    assert result.metrics["waited"] > 0.3                                # rank 0 waited for rank 1 at the barrier
+
+
+def test_collectives_outside_a_training_function_raise():
+    with pytest.raises(RuntimeError, match="outside of a Ray Train training function"):
+        collective.barrier()
+    with pytest.raises(RuntimeError, match="broadcast_from_rank_zero"):
+        collective.broadcast_from_rank_zero(1)
