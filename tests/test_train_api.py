@@ -1,4 +1,5 @@
-"""Ray 2.60's smaller Train APIs: checkpoint metadata persisted with the checkpoint; train.collective.
+"""Ray 2.60's smaller Train APIs: checkpoint metadata persisted with the checkpoint; train.collective;
+get_dataset_shard's error.
 
 DataParallelTrainer with 2 workers and no process group: no torch import in the workers.
 """
@@ -85,3 +86,8 @@ def test_collectives_outside_a_training_function_raise():
         collective.barrier()
     with pytest.raises(RuntimeError, match="broadcast_from_rank_zero"):
         collective.broadcast_from_rank_zero(1)
+
+
+def test_get_dataset_shard_says_ray_data_is_not_supported():
+    with pytest.raises(NotImplementedError, match="Ray Data is not supported.*train_loop_config"):
+        train.get_dataset_shard("train")

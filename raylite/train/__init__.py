@@ -25,8 +25,8 @@ from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import (BackendConfig, CheckpointConfig, CheckpointStrategy, FailureConfig, RunConfig,
                                   ScalingConfig, TorchConfig)
 from raylite.train.result import Result
-from raylite.train.session import (TrainContext, get_checkpoint, get_context, load_checkpoint, local_rank, report,
-                                   save_checkpoint, world_rank, world_size)
+from raylite.train.session import (TrainContext, get_checkpoint, get_context, get_dataset_shard, load_checkpoint,
+                                   local_rank, report, save_checkpoint, world_rank, world_size)
 from raylite.train.trainer import Trainer, TorchTrainer, TrainingFailedError, WorkerGroupError
 
 
@@ -62,5 +62,5 @@ def __getattr__(name):   # `train.torch` without importing torch up front
 
 __all__ = ["BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointStrategy", "FailureConfig", "Result",
            "RunConfig", "ScalingConfig", "TorchConfig", "TorchTrainer", "TrainContext", "Trainer", "TrainingFailedError",
-           "WorkerGroupError", "get_checkpoint", "get_context", "init_with_preload", "load_checkpoint",
-           "local_rank", "report", "save_checkpoint", "world_rank", "world_size"]
+           "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard", "init_with_preload",
+           "load_checkpoint", "local_rank", "report", "save_checkpoint", "world_rank", "world_size"]

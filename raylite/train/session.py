@@ -233,6 +233,15 @@ def report(metrics: dict | None = None, checkpoint: Checkpoint | None = None, **
     _session.report({str(k): _plain(v) for k, v in metrics.items()}, checkpoint)
 
 
+def get_dataset_shard(dataset_name: str | None = None):
+    """Ray Data's per-worker shard: not available, as raylite has no Ray Data (a trainer's
+    ``datasets=`` is refused too). Raises NotImplementedError saying how to feed data instead."""
+    raise NotImplementedError(
+        f"train.get_dataset_shard({dataset_name!r}): Ray Data is not supported by raylite.train. Load the data "
+        f"in the training function (e.g. a torch DataLoader wrapped with train.torch.prepare_data_loader, "
+        f"which shards it across workers) or pass it (or its path) in train_loop_config.")
+
+
 def save_checkpoint(**state) -> None:
     """Ray Train 1.x: persist ``state`` (a dict) as a checkpoint without reporting metrics."""
     if _session is None:
