@@ -1,5 +1,5 @@
 """Ray 2.60's smaller Train APIs: checkpoint metadata persisted with the checkpoint; train.collective;
-get_dataset_shard's error.
+get_dataset_shard's error; restore's deprecation.
 
 DataParallelTrainer with 2 workers and no process group: no torch import in the workers.
 """
@@ -91,3 +91,11 @@ def test_collectives_outside_a_training_function_raise():
 def test_get_dataset_shard_says_ray_data_is_not_supported():
     with pytest.raises(NotImplementedError, match="Ray Data is not supported.*train_loop_config"):
         train.get_dataset_shard("train")
+
+
+@pytest.mark.parametrize("method", ["restore", "can_restore"])
+def test_restore_and_can_restore_are_deprecated_as_in_ray_v2(method, tmp_path):
+    from raylite.train.torch import TorchTrainer
+    for cls in (DataParallelTrainer, TorchTrainer):
+        with pytest.raises(DeprecationWarning, match="deprecated.*same RunConfig"):
+            getattr(cls, method)(str(tmp_path))

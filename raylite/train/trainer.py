@@ -23,6 +23,10 @@ logger = logging.getLogger("raylite.train")
 POLL_S = 0.2            # how often the driver drains reports while workers run
 DEATH_GRACE_S = 2.0     # after a worker's error, how long to look for a peer's death behind it
 AUTO_GPU_PROBE_TIMEOUT_S = 30.0
+RESTORE_DEPRECATION = ("The `restore` and `can_restore` APIs are deprecated and will be removed in a future release. "
+                       "See this issue for more context and migration options: "
+                       "https://github.com/ray-project/ray/issues/49454. To resume a run, run the trainer again "
+                       "with the same RunConfig(storage_path, name): it picks up that run's latest checkpoint.")
 
 
 class TrainingFailedError(RuntimeError):
@@ -412,6 +416,16 @@ class DataParallelTrainer:
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
         self.resume_from_checkpoint = resume_from_checkpoint
+
+    @classmethod
+    def restore(cls, *args, **kwargs):
+        """Deprecated in Ray V2 (raises, as Ray does): rerun with the same RunConfig name instead."""
+        raise DeprecationWarning(RESTORE_DEPRECATION)
+
+    @classmethod
+    def can_restore(cls, *args, **kwargs):
+        """Deprecated in Ray V2 (raises, as Ray does): rerun with the same RunConfig name instead."""
+        raise DeprecationWarning(RESTORE_DEPRECATION)
 
     def fit(self) -> Result:
         rc, sc = self.run_config, self.scaling_config
