@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_STORAGE_ENV = "RAYLITE_RESULTS_DIR"
+ACCELERATOR_TYPE_PREFIX = "accelerator_type:"
+ACCELERATOR_TYPE_AMOUNT = 0.001
 
 
 def default_storage_path() -> str:
@@ -36,8 +38,10 @@ class ScalingConfig:
     runtime has enough usable ones, else CPU). ``resources_per_worker`` uses Ray's keys:
     ``{"CPU": 2, "GPU": 1, "custom": 1}``; the default is one CPU (plus one GPU with ``use_gpu``).
     ``trainer_resources`` and ``placement_strategy`` are accepted for compatibility: on one machine
-    the driver itself coordinates and every worker lands on the same node. Fields may hold Tune search
-    spaces (``ScalingConfig(num_workers=tune.grid_search([1, 2]))`` in a Tuner's param_space); such a
+    the driver itself coordinates and every worker lands on the same node. ``accelerator_type`` (e.g.
+    ``"A100"``) adds Ray's tiny ``accelerator_type:A100`` resource to each worker, so the workers only
+    run where that type of accelerator is (an error at once where the runtime has none). Fields may
+    hold Tune search spaces (``ScalingConfig(num_workers=tune.grid_search([1, 2]))`` in a Tuner's param_space); such a
     config is checked once a trial has resolved them.
     """
 
@@ -46,12 +50,16 @@ class ScalingConfig:
     resources_per_worker: dict | None = None
     trainer_resources: dict | None = None
     placement_strategy: str = "PACK"
+    accelerator_type: str | None = None
 
     def __post_init__(self):
         if any(_is_search_space(getattr(self, f)) for f in ("num_workers", "use_gpu", "resources_per_worker")):
             return
         if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) or self.num_workers < 1:
             raise ValueError(f"num_workers must be an integer >= 1, got {self.num_workers!r}")
+        if self.accelerator_type is not None and (not isinstance(self.accelerator_type, str)
+                                                  or not self.accelerator_type):
+            raise ValueError(f"accelerator_type must be a non-empty str such as 'A100', got {self.accelerator_type!r}")
         if self.use_gpu not in (True, False, "auto"):
             raise ValueError(f"use_gpu must be True, False or 'auto', got {self.use_gpu!r}")
         if self.resources_per_worker is not None:
@@ -67,6 +75,8 @@ class ScalingConfig:
     def worker_request(self, use_gpu: bool) -> dict:
         """The per-worker actor options: num_cpus, num_gpus, resources."""
         res = dict(self.resources_per_worker or {})
+        if self.accelerator_type:   # Ray's marker: a tiny amount of the node's accelerator_type:<T> resource
+            res.setdefault(ACCELERATOR_TYPE_PREFIX + self.accelerator_type, ACCELERATOR_TYPE_AMOUNT)
         num_cpus = res.pop("CPU", 1)
         num_gpus = res.pop("GPU", 1 if use_gpu else 0)
         if not use_gpu:

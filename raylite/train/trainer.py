@@ -12,8 +12,8 @@ import time
 import raylite as ray
 from raylite import exceptions
 from raylite.train.checkpoint import Checkpoint
-from raylite.train.config import (BackendConfig, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
-                                  TorchConfig, backend_config_from, default_storage_path)
+from raylite.train.config import (ACCELERATOR_TYPE_PREFIX, BackendConfig, CheckpointConfig, FailureConfig, RunConfig,
+                                  ScalingConfig, TorchConfig, backend_config_from, default_storage_path)
 from raylite.train.result import Result, RunRecorder
 from raylite.train.session import SessionInfo
 from raylite.train.worker_group import ReporterActor, WorkerGroup, is_death, takes_config
@@ -125,6 +125,11 @@ def _check_fits(num_workers: int, request: dict) -> None:
     total = ray.cluster_resources()
     asks = {"CPU": request["num_cpus"], "GPU": request["num_gpus"], **request["resources"]}
     for name, each in asks.items():
+        if name.startswith(ACCELERATOR_TYPE_PREFIX) and name not in total:
+            types = sorted(k[len(ACCELERATOR_TYPE_PREFIX):] for k in total if k.startswith(ACCELERATOR_TYPE_PREFIX))
+            raise ValueError(f"ScalingConfig(accelerator_type={name[len(ACCELERATOR_TYPE_PREFIX):]!r}): the runtime "
+                             f"has no such accelerator (its accelerator types: {types or 'none'}), so the workers "
+                             f"could never be placed; drop accelerator_type or pass one of those")
         if each and num_workers * each > total.get(name, 0) + 1e-9:
             raise ValueError(f"{num_workers} workers x {each:g} {name} = {num_workers * each:g} {name}, but the "
                              f"runtime has {total.get(name, 0):g} {name} in total; use fewer workers or less "
@@ -438,6 +443,7 @@ class DataParallelTrainer:
         trainer = Trainer(self.backend_config, sc.num_workers, sc.use_gpu, sc.resources_per_worker,
                           max_failures=failure.max_failures)
         trainer._retry_errors = True
+        trainer._scaling = sc   # all of it (accelerator_type too), not only what Trainer's arguments carry
         trainer._preflight()   # configuration errors (no GPU, too many workers) raise as they are
         try:
             returns, result = trainer._execute(self.train_loop_per_worker, self.train_loop_config, run_dir,
