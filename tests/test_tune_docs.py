@@ -117,7 +117,7 @@ def test_stop_function_and_stopper_end_trials_at_the_deciding_result(runtime, tm
     result = tune.Tuner(my_trainable, run_config=run_config(tmp_path, "fn", stop=stop_fn)).fit()[0]
     assert result.metrics["training_iteration"] == 8
     assert len(result.metrics_history) == 8
-    assert checkpoints(result.path)[-1] == "checkpoint_000008"
+    assert checkpoints(result.path)[-1] == "checkpoint_000007"   # the 8th, numbered from 0 as in Ray
 
     class CustomStopper(tune.Stopper):
         def __init__(self):

@@ -54,10 +54,10 @@ def test_experiment_directory_layout_and_reload(ray2, tmp_path):
         rows = list(csv.DictReader(open(d / "progress.csv")))
         assert len(rows) == 4 and "nested/a" in rows[0] and rows[3]["training_iteration"] == "4"
         ckpts = sorted(p.name for p in d.iterdir() if p.name.startswith("checkpoint_"))
-        assert ckpts == ["checkpoint_000001", "checkpoint_000002", "checkpoint_000003", "checkpoint_000004"]
-        assert json.loads((d / "checkpoint_000004" / "state.json").read_text()) == {"step": 4}
+        assert ckpts == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002", "checkpoint_000003"]   # Ray's
+        assert json.loads((d / "checkpoint_000003" / "state.json").read_text()) == {"step": 4}
     best = a.best_checkpoint
-    assert best.path.endswith("checkpoint_000004") and a.best_config == {"x": 1.0}
+    assert best.path.endswith("checkpoint_000003") and a.best_config == {"x": 1.0}
 
     # The Optuna study in SQLite: every trial, with the tune trial id.
     study = optuna.load_study(study_name="layout", storage=f"sqlite:///{exp}/study.db")
@@ -117,14 +117,14 @@ def test_checkpoint_config_bounds_the_checkpoints_kept(ray2, tmp_path):
                  checkpoint_config=tune.CheckpointConfig(num_to_keep=2))
     for t in a.trials:
         assert t.num_failures == 1 and t.last_result["training_iteration"] == 6
-        assert checkpoint_names(t.path) == ["checkpoint_000005", "checkpoint_000006"]
+        assert checkpoint_names(t.path) == ["checkpoint_000004", "checkpoint_000005"]   # numbered on after the retry
         assert [os.path.basename(p) for p, _ in t.checkpoints] == checkpoint_names(t.path)
 
     grid = tune.Tuner(trainable, run_config=tune.RunConfig(
         name="best", storage_path=str(tmp_path), verbose=0, failure_config=tune.FailureConfig(max_failures=1),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="score"))).fit()
     best = grid[0]   # score 9 at iteration 2 and 5 at 4 are the best two; 6 is the latest
-    assert checkpoint_names(best.path) == ["checkpoint_000002", "checkpoint_000004", "checkpoint_000006"]
+    assert checkpoint_names(best.path) == ["checkpoint_000001", "checkpoint_000003", "checkpoint_000005"]
     assert [c.to_dict()["step"] for c, _ in best.best_checkpoints] == [2, 4, 6]
     assert best.checkpoint.to_dict() == {"step": 6}
 
@@ -132,10 +132,12 @@ def test_checkpoint_config_bounds_the_checkpoints_kept(ray2, tmp_path):
         tune.run(trainable, storage_path=str(tmp_path), verbose=0, checkpoint_config={"num_to_keep": 1})
 
 
-def test_resume_leaves_no_gap_in_a_trials_results(ray2, tmp_path):
+@pytest.mark.parametrize("legacy", [False, True])
+def test_resume_leaves_no_gap_in_a_trials_results(ray2, tmp_path, legacy):
     """A driver killed mid-drain may not have written a trial's last results, though the trial wrote
     checkpoints after them: resuming restarts from the newest checkpoint whose earlier results are all
-    on disk (and drops newer ones, and partial copies), so the trial's history has no hole."""
+    on disk (and drops newer ones, and partial copies), so the trial's history has no hole.
+    `legacy`: the checkpoints are named by iteration, as raylite wrote them before Ray's numbering."""
     def trainable(config):
         ckpt = tune.get_checkpoint()
         start = ckpt.to_dict()["step"] if ckpt else 0
@@ -146,22 +148,33 @@ def test_resume_leaves_no_gap_in_a_trials_results(ray2, tmp_path):
     d = a.trials[0].path
     state = json.loads(open(os.path.join(d, "trial.json")).read())
     state["status"] = "RUNNING"                      # as the killed driver left it: results 2-5 never written,
-    with open(os.path.join(d, "trial.json"), "w") as f:   # checkpoints 2 and 4 on disk
+    with open(os.path.join(d, "trial.json"), "w") as f:   # checkpoints of iterations 2 and 4 on disk
         json.dump(state, f)
     with open(os.path.join(d, "result.json")) as f:
         first = f.readline()
     with open(os.path.join(d, "result.json"), "w") as f:
         f.write(first)
-    assert checkpoint_names(d) == ["checkpoint_000002", "checkpoint_000004"]
+    assert checkpoint_names(d) == ["checkpoint_000000", "checkpoint_000001"]
+    if legacy:
+        for index, iteration in ((0, 2), (1, 4)):
+            old, new = f"checkpoint_{index:06d}", f"checkpoint_{iteration:06d}"
+            meta_path = os.path.join(d, old, ".tune_checkpoint.json")
+            meta = json.loads(open(meta_path).read())
+            meta["result"]["checkpoint_dir_name"] = new
+            with open(meta_path, "w") as f:
+                json.dump(meta, f)
+            os.rename(os.path.join(d, old), os.path.join(d, new))
     os.makedirs(os.path.join(d, "checkpoint_000005.tmp4242"))   # a copy its trial was killed in the middle of
 
     b = tune.run(trainable, storage_path=str(tmp_path), name="gap", verbose=0, resume=True)
     t = b.trials[0]
-    assert t.status == "TERMINATED" and t.last_result["start"] == 2   # restarted from checkpoint 2, not 4
+    assert t.status == "TERMINATED" and t.last_result["start"] == 2   # restarted from iteration 2's, not 4's
     lines = [json.loads(x) for x in open(os.path.join(d, "result.json"))]
     assert [r["training_iteration"] for r in lines] == [1, 2, 3, 4, 5]
-    assert checkpoint_names(d) == ["checkpoint_000002", "checkpoint_000004"]
-
+    kept = "checkpoint_000002" if legacy else "checkpoint_000000"   # numbered on after the one kept
+    assert checkpoint_names(d) == [kept, "checkpoint_000003" if legacy else "checkpoint_000001"]
+    assert [os.path.basename(p) for p, _ in t.checkpoints] == checkpoint_names(d)
+    assert t.checkpoint.to_dict() == {"step": 4}
 
 DRIVER = r'''
 import json, os, sys, time, uuid

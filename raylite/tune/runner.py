@@ -479,10 +479,7 @@ class TrialRunner:
         so are the partial copies of a trial killed while it wrote a checkpoint."""
         results = read_results(trial.path)
         recorded = results[-1].get("training_iteration", 0) if results else 0
-        found = session.trial_checkpoints(trial.path)
-        usable = [(it, c) for it, c in found if it <= recorded + 1]
-        upto, ckpt = usable[-1] if usable else (0, None)
-        stale = [c.path for it, c in found if it > upto]
+        upto, ckpt, stale = session.restart_point(trial.path, recorded)
         stale += [os.path.join(trial.path, n) for n in os.listdir(trial.path) if n.startswith("checkpoint_")
                   and ".tmp" in n]
         for path in stale:

@@ -114,9 +114,14 @@ def _as_checkpoint(value) -> Checkpoint:
                     f"got {type(value).__name__}")
 
 
-def persist_checkpoint(ckpt: Checkpoint, trial_dir: str, iteration: int, meta: dict) -> Checkpoint:
-    """Copy into trial_dir/checkpoint_<iteration>; a checkpoint exists once its rename is done."""
-    dest = os.path.join(trial_dir, f"checkpoint_{iteration:06d}")
+def checkpoint_dir_name(index: int) -> str:
+    """Ray's name for a trial's index-th checkpoint: 0-based, counted per trial (not the iteration)."""
+    return f"checkpoint_{index:06d}"
+
+
+def persist_checkpoint(ckpt: Checkpoint, trial_dir: str, name: str, meta: dict) -> Checkpoint:
+    """Copy into trial_dir/name; a checkpoint exists once its rename is done."""
+    dest = os.path.join(trial_dir, name)
     tmp = dest + f".tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     if ckpt.path is not None:
@@ -132,7 +137,9 @@ def persist_checkpoint(ckpt: Checkpoint, trial_dir: str, iteration: int, meta: d
 
 
 def trial_checkpoints(trial_dir: str) -> list[tuple[int, Checkpoint]]:
-    """The complete checkpoint_* directories of a trial, oldest first, with their iterations."""
+    """The complete checkpoint_* directories of a trial, oldest first, with their numbers (the
+    checkpoint's index; the iteration in experiments written before raylite numbered them as Ray:
+    both grow with the iteration, so either sorts them)."""
     try:
         names = [n for n in os.listdir(trial_dir) if n.startswith("checkpoint_") and n[11:].isdigit()
                  and os.path.exists(os.path.join(trial_dir, n, CHECKPOINT_META))]
@@ -140,6 +147,18 @@ def trial_checkpoints(trial_dir: str) -> list[tuple[int, Checkpoint]]:
         return []
     return sorted((int(n[11:]), Checkpoint(os.path.join(trial_dir, n))) for n in names)
 
+
+def restart_point(trial_dir: str, recorded: int) -> tuple[int, Checkpoint | None, list[str]]:
+    """(its iteration, the checkpoint, the paths of newer ones) for a trial restarting with
+    `recorded` results on disk: the newest checkpoint at most one iteration past them (its result
+    may not have reached the driver); the newer ones belong to results it redoes."""
+    stale = []
+    for _, ckpt in reversed(trial_checkpoints(trial_dir)):   # read by iteration, whatever the names
+        iteration = int(ckpt.metadata.get("training_iteration", 0))
+        if iteration <= recorded + 1:
+            return iteration, ckpt, stale
+        stale.append(ckpt.path)
+    return 0, None, stale
 
 # ---------------------------------------------------------------------------- the session
 class _Session:
@@ -154,6 +173,8 @@ class _Session:
         meta = self.checkpoint.metadata if self.checkpoint else {}
         self.iteration = self.start_iteration = int(meta.get("training_iteration", 0))
         self.time_offset = float(meta.get("time_total_s", 0.0))
+        found = trial_checkpoints(self.trial_dir)   # a restarted trial numbers on after its last checkpoint
+        self.checkpoint_index = found[-1][0] + 1 if found else 0
         self.start = self.last = time.time()
         self.last_block = 0.0
         self.pid = os.getpid()
@@ -212,9 +233,10 @@ def report(metrics: dict | None = None, *, checkpoint=None, **kwargs) -> None:
     s.last = now
     block = s.may_stop and time.monotonic() - s.last_block >= BLOCK_EVERY_S
     if checkpoint is not None:
-        result["checkpoint_dir_name"] = f"checkpoint_{s.iteration:06d}"
+        result["checkpoint_dir_name"] = name = checkpoint_dir_name(s.checkpoint_index)
+        s.checkpoint_index += 1
         meta = {"training_iteration": s.iteration, "time_total_s": result["time_total_s"], "result": result}
-        s.checkpoint = persist_checkpoint(_as_checkpoint(checkpoint), s.trial_dir, s.iteration, meta)
+        s.checkpoint = persist_checkpoint(_as_checkpoint(checkpoint), s.trial_dir, name, meta)
     if block:
         ref = s.hub.report.remote(s.trial_id, s.attempt, result)
     else:

@@ -8,7 +8,7 @@
             trial.json                status, last result, metric statistics, failures, Optuna record
             result.json               one JSON line per reported result
             progress.csv              the same, flattened, one row per result
-            checkpoint_000042/        checkpoints (complete once renamed into place)
+            checkpoint_000000/        checkpoints, numbered per trial (complete once renamed into place)
             error.txt                 the last error's traceback
 
 Every file is written by the driver (by one I/O thread, in order, so a slow disk never delays the
