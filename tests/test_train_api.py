@@ -1,5 +1,6 @@
 """Ray 2.60's smaller Train APIs: checkpoint metadata persisted with the checkpoint; train.collective;
-get_dataset_shard's error; restore's deprecation.
+get_dataset_shard's error; restore's deprecation;
+UserCallback's hooks.
 
 DataParallelTrainer with 2 workers and no process group: no torch import in the workers.
 """
@@ -13,7 +14,7 @@ import cloudpickle
 import pytest
 
 from raylite import train
-from raylite.train import Checkpoint, RunConfig, ScalingConfig, collective
+from raylite.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig, collective
 from raylite.train.checkpoint import METADATA_FILE
 from raylite.train.data_parallel_trainer import DataParallelTrainer
 
@@ -99,3 +100,35 @@ def test_restore_and_can_restore_are_deprecated_as_in_ray_v2(method, tmp_path):
     for cls in (DataParallelTrainer, TorchTrainer):
         with pytest.raises(DeprecationWarning, match="deprecated.*same RunConfig"):
             getattr(cls, method)(str(tmp_path))
+
+
+class _Hooks(train.UserCallback):
+    def __init__(self):
+        self.calls = []
+
+    def after_report(self, run_context, metrics, checkpoint):
+        self.calls.append(("report", [m["attempt"] for m in metrics]))
+
+    def after_exception(self, run_context, worker_exceptions):
+        self.calls.append(("exception", {r: str(e) for r, e in worker_exceptions.items()}))
+
+
+def _fails_once_on_rank_1(config):
+    import pathlib
+    marker = pathlib.Path(config["dir"], "failed")
+    train.report({"attempt": int(marker.exists())})
+    if train.get_context().get_world_rank() == 1 and not marker.exists():
+        marker.touch()
+        raise ValueError("boom")
+
+
+def test_user_callback_hooks_after_report_and_after_exception(runtime, tmp_path):
+    hooks = _Hooks()
+    DataParallelTrainer(_fails_once_on_rank_1, train_loop_config={"dir": str(tmp_path)},
+                        scaling_config=ScalingConfig(num_workers=2),
+                        run_config=RunConfig(storage_path=str(tmp_path), callbacks=[hooks],
+                                             failure_config=FailureConfig(max_failures=1))).fit()
+    assert [c[0] for c in hooks.calls] == ["report", "exception", "report"]
+    assert hooks.calls[0][1] == [0, 0] and hooks.calls[2][1] == [1, 1]
+    assert list(hooks.calls[1][1]) == [1] and "boom" in hooks.calls[1][1][1]
+    assert train.UserCallback().after_report(None, [], None) is None   # the base hooks do nothing

@@ -21,6 +21,7 @@ start with them already imported.
 Workers are raylite actors; only the public raylite API is used here. ``raylite.train.torch``
 (prepare_model, prepare_data_loader, get_device) imports torch; this package itself does not.
 """
+from raylite.train.callback import UserCallback
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import (BackendConfig, CheckpointConfig, CheckpointStrategy, FailureConfig, RunConfig,
                                   ScalingConfig, TorchConfig)
@@ -62,5 +63,5 @@ def __getattr__(name):   # `train.torch` without importing torch up front
 
 __all__ = ["BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointStrategy", "FailureConfig", "Result",
            "RunConfig", "ScalingConfig", "TorchConfig", "TorchTrainer", "TrainContext", "Trainer", "TrainingFailedError",
-           "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard", "init_with_preload",
-           "load_checkpoint", "local_rank", "report", "save_checkpoint", "world_rank", "world_size"]
+           "UserCallback", "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard",
+           "init_with_preload", "load_checkpoint", "local_rank", "report", "save_checkpoint", "world_rank", "world_size"]

@@ -159,7 +159,7 @@ class RunConfig:
     ``callbacks``: objects with ``handle_result(results: list[dict])`` (Ray Train 1.x's
     TrainingCallback) and/or ``after_report(run_context, metrics: list[dict], checkpoint)`` (2.x's
     UserCallback; run_context is None), called in the driver with every worker's metrics for each
-    round of ``report``.
+    round of ``report``; ``after_exception(run_context, worker_exceptions)`` when workers fail.
     """
 
     name: str | None = None

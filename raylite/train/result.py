@@ -202,6 +202,12 @@ class RunRecorder:
             if hasattr(cb, "after_report"):   # Ray Train 2.x's UserCallback (run_context is None here)
                 cb.after_report(None, results, ckpt)
 
+    def after_exception(self, worker_exceptions: dict[int, BaseException]) -> None:
+        """UserCallback.after_exception: an attempt's failed workers, by rank."""
+        for cb in self.callbacks:
+            if hasattr(cb, "after_exception"):
+                cb.after_exception(None, worker_exceptions)
+
     def _record(self, metrics: dict, ckpt_name: str | None, ts: float) -> dict:
         auto = {"training_iteration": self.reports + 1, "time_total_s": round(ts - self.start, 6),
                 "timestamp": int(ts), "checkpoint_dir_name": ckpt_name}

@@ -370,6 +370,7 @@ class Trainer:
             raise
         if deaths or errors:
             self._teardown(pending, recorder)
+            recorder.after_exception({**dict(errors), **deaths})
             if deaths:
                 rank = min(deaths)
                 raise _GroupDied(rank, deaths[rank])
