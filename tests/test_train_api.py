@@ -1,6 +1,7 @@
 """Ray 2.60's smaller Train APIs: checkpoint metadata persisted with the checkpoint; train.collective;
 get_dataset_shard's error; restore's deprecation;
-UserCallback's hooks.
+UserCallback's hooks;
+local mode (num_workers=0).
 
 DataParallelTrainer with 2 workers and no process group: no torch import in the workers.
 """
@@ -132,3 +133,36 @@ def test_user_callback_hooks_after_report_and_after_exception(runtime, tmp_path)
     assert hooks.calls[0][1] == [0, 0] and hooks.calls[2][1] == [1, 1]
     assert list(hooks.calls[1][1]) == [1] and "boom" in hooks.calls[1][1][1]
     assert train.UserCallback().after_report(None, [], None) is None   # the base hooks do nothing
+
+
+def _local_loop(config):
+    ctx = train.get_context()
+    assert train.get_checkpoint() is None
+    assert collective.broadcast_from_rank_zero({"x": 1}) == {"x": 1}
+    collective.barrier()
+    d = os.path.join(config["dir"], "ck")
+    os.makedirs(d)
+    train.report({"step": 1}, checkpoint=Checkpoint.from_directory(d))
+    assert train.get_checkpoint().path == d   # the last reported one, as in Ray's local mode
+    train.report({"step": 2, "ws": ctx.get_world_size(), "rank": ctx.get_world_rank()},
+                 checkpoint=train.get_checkpoint())
+    return os.getpid()
+
+
+def test_num_workers_0_is_local_mode(tmp_path):
+    from raylite.train.torch import TorchTrainer
+    result = TorchTrainer(_local_loop, train_loop_config={"dir": str(tmp_path)},
+                          scaling_config=ScalingConfig(num_workers=0)).fit()
+    assert result.return_value == os.getpid()   # ran in this process
+    assert result.metrics == {"step": 2, "ws": 1, "rank": 0}
+    assert result.checkpoint.path == str(tmp_path / "ck") and result.path is None
+    with pytest.raises(ValueError, match="num_workers"):
+        train.Trainer(num_workers=0)
+
+
+def test_local_mode_errors_propagate_as_they_are():
+    def boom():
+        raise KeyError("x")
+    with pytest.raises(KeyError):
+        DataParallelTrainer(boom, scaling_config=ScalingConfig(num_workers=0)).fit()
+    assert not train.get_context().in_session()

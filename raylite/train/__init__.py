@@ -64,4 +64,5 @@ def __getattr__(name):   # `train.torch` without importing torch up front
 __all__ = ["BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointStrategy", "FailureConfig", "Result",
            "RunConfig", "ScalingConfig", "TorchConfig", "TorchTrainer", "TrainContext", "Trainer", "TrainingFailedError",
            "UserCallback", "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard",
-           "init_with_preload", "load_checkpoint", "local_rank", "report", "save_checkpoint", "world_rank", "world_size"]
+           "init_with_preload", "load_checkpoint", "local_rank", "report", "save_checkpoint", "world_rank",
+           "world_size"]

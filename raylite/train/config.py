@@ -2,9 +2,12 @@
 FailureConfig, BackendConfig and TorchConfig."""
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
+
+logger = logging.getLogger("raylite.train")
 
 DEFAULT_STORAGE_ENV = "RAYLITE_RESULTS_DIR"
 ACCELERATOR_TYPE_PREFIX = "accelerator_type:"
@@ -42,7 +45,8 @@ class ScalingConfig:
     ``"A100"``) adds Ray's tiny ``accelerator_type:A100`` resource to each worker, so the workers only
     run where that type of accelerator is (an error at once where the runtime has none). Fields may
     hold Tune search spaces (``ScalingConfig(num_workers=tune.grid_search([1, 2]))`` in a Tuner's param_space); such a
-    config is checked once a trial has resolved them.
+    config is checked once a trial has resolved them. ``num_workers=0`` is Ray V2's local mode: a
+    trainer's ``fit`` runs the training function in the calling process (see DataParallelTrainer).
     """
 
     num_workers: int = 1
@@ -55,8 +59,10 @@ class ScalingConfig:
     def __post_init__(self):
         if any(_is_search_space(getattr(self, f)) for f in ("num_workers", "use_gpu", "resources_per_worker")):
             return
-        if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) or self.num_workers < 1:
-            raise ValueError(f"num_workers must be an integer >= 1, got {self.num_workers!r}")
+        if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) or self.num_workers < 0:
+            raise ValueError(f"num_workers must be an integer >= 0 (0: local mode), got {self.num_workers!r}")
+        if self.num_workers == 0:
+            logger.info("Running in local mode. The training function will run in the same process.")
         if self.accelerator_type is not None and (not isinstance(self.accelerator_type, str)
                                                   or not self.accelerator_type):
             raise ValueError(f"accelerator_type must be a non-empty str such as 'A100', got {self.accelerator_type!r}")

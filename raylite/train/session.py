@@ -75,13 +75,30 @@ class _Session:
         return ray.get(self.info.reporter.allocate.remote(self.info.attempt))
 
 
+class _LocalSession(_Session):
+    """Ray V2's local mode (``ScalingConfig(num_workers=0)``): the training function runs in the
+    driver as rank 0 of 1. As in Ray, a report only keeps its metrics and checkpoint (not copied,
+    nothing written); ``get_checkpoint()`` returns the last reported one; collectives return at once."""
+
+    def __init__(self, info: SessionInfo):
+        super().__init__(info)
+        self.last_metrics: dict | None = None
+
+    def gather(self, value, name_if_any: bool = False) -> tuple[list, str | None]:
+        return [value], None
+
+    def report(self, metrics: dict | None, checkpoint: Checkpoint | None) -> None:
+        self.last_metrics, self.info.checkpoint = metrics, checkpoint
+
+
 _session: _Session | None = None
 _default_info = SessionInfo()
 
 
-def _start(info: SessionInfo) -> None:
+def _start(info: SessionInfo, local: bool = False) -> _Session:
     global _session
-    _session = _Session(info)
+    _session = (_LocalSession if local else _Session)(info)
+    return _session
 
 
 def _end() -> None:

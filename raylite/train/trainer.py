@@ -11,6 +11,7 @@ import time
 
 import raylite as ray
 from raylite import exceptions
+from raylite.train import session
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import (ACCELERATOR_TYPE_PREFIX, BackendConfig, CheckpointConfig, FailureConfig, RunConfig,
                                   ScalingConfig, TorchConfig, backend_config_from, default_storage_path)
@@ -159,6 +160,8 @@ class Trainer:
     def __init__(self, backend="torch", num_workers: int = 1, use_gpu=False, resources_per_worker: dict | None = None,
                  logdir: str | os.PathLike | None = None, max_failures: int = 0):
         self._backend_config: BackendConfig = backend_config_from(backend)
+        if num_workers == 0:
+            raise ValueError("num_workers must be >= 1 (local mode, num_workers=0, is for Ray 2.x trainers' fit)")
         self._scaling = ScalingConfig(num_workers, use_gpu, resources_per_worker)
         if not isinstance(max_failures, int) or max_failures < -1:
             raise ValueError(f"max_failures must be an integer >= -1 (-1: no limit), got {max_failures!r}")
@@ -435,6 +438,8 @@ class DataParallelTrainer:
 
     def fit(self) -> Result:
         rc, sc = self.run_config, self.scaling_config
+        if sc.num_workers == 0:
+            return self._fit_local()
         what = type(self).__name__
         failure = rc.failure_config or FailureConfig()
         if rc.checkpoint_config is not None:
@@ -464,6 +469,19 @@ class DataParallelTrainer:
         finally:
             trainer.shutdown()
         return result
+
+    def _fit_local(self) -> Result:
+        """Ray V2's local mode: the loop runs here, as rank 0 of 1, without workers, process group,
+        run directory or retries; errors propagate as they are. The Result holds the last report's
+        metrics and checkpoint (as reported, not copied), ``path`` None and the return value."""
+        fn, config = self.train_loop_per_worker, self.train_loop_config
+        local = session._start(SessionInfo(experiment_name=self.run_config.name,
+                                           checkpoint=self.resume_from_checkpoint), local=True)
+        try:
+            value = fn({} if config is None else config) if takes_config(fn) else fn()
+        finally:
+            session._end()
+        return Result(local.last_metrics, local.info.checkpoint, path=None, return_value=value)
 
 
 class TorchTrainer(DataParallelTrainer):

@@ -37,6 +37,7 @@ _LAZY = {
     "MedianStoppingRule": "schedulers", "OptunaPruner": "schedulers", "TrialScheduler": "schedulers",
     "BasicVariantGenerator": "search", "ConcurrencyLimiter": "search", "OptunaSearch": "search",
     "Searcher": "search", "Stopper": "stopper", "Trial": "trial",
+    **{n: "reporters" for n in ("CLIReporter", "JupyterNotebookReporter", "ProgressReporter")},
     **{n: "tuner" for n in ("CheckpointConfig", "FailureConfig", "PlacementGroupFactory", "Result", "ResultGrid",
                             "RunConfig", "TuneConfig", "Tuner", "with_resources")},
     **{n: "search_space" for n in ("choice", "grid_search", "lograndint", "loguniform", "qlograndint",
@@ -72,11 +73,11 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))
 
 
-__all__ = ["ASHAScheduler", "AsyncHyperBandScheduler", "BasicVariantGenerator", "Callback", "Checkpoint",
-           "CheckpointConfig", "ConcurrencyLimiter", "ExperimentAnalysis", "FIFOScheduler", "FailureConfig",
-           "MedianStoppingRule", "OptunaPruner", "OptunaSearch", "PlacementGroupFactory", "Result", "ResultGrid",
-           "RunConfig", "Searcher", "Stopper", "Trial", "TrialScheduler", "TuneConfig", "TuneContext", "TuneError",
-           "Tuner", "choice", "get_checkpoint", "get_context", "get_trial_dir", "get_trial_id",
-           "get_trial_resources", "grid_search", "lograndint", "loguniform", "qlograndint", "qloguniform",
-           "qrandint", "qrandn", "quniform", "randint", "randn", "report", "run", "sample_from", "uniform",
-           "with_parameters", "with_resources"]
+__all__ = ["ASHAScheduler", "AsyncHyperBandScheduler", "BasicVariantGenerator", "CLIReporter", "Callback",
+           "Checkpoint", "CheckpointConfig", "ConcurrencyLimiter", "ExperimentAnalysis", "FIFOScheduler",
+           "FailureConfig", "JupyterNotebookReporter", "MedianStoppingRule", "OptunaPruner", "OptunaSearch",
+           "PlacementGroupFactory", "ProgressReporter", "Result", "ResultGrid", "RunConfig", "Searcher", "Stopper",
+           "Trial", "TrialScheduler", "TuneConfig", "TuneContext", "TuneError", "Tuner", "choice", "get_checkpoint",
+           "get_context", "get_trial_dir", "get_trial_id", "get_trial_resources", "grid_search", "lograndint",
+           "loguniform", "qlograndint", "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn", "report",
+           "run", "sample_from", "uniform", "with_parameters", "with_resources"]

@@ -36,7 +36,7 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
         local_dir: str | None = None, checkpoint_config: CheckpointConfig | None = None,
         fail_fast: bool | str = False, log_to_file: bool | str | tuple = False,
         trial_name_creator: Callable | None = None, trial_dirname_creator: Callable | None = None,
-        reuse_actors: bool | None = None) -> ExperimentAnalysis:
+        reuse_actors: bool | None = None, progress_reporter=None) -> ExperimentAnalysis:
     """Run `trainable(config)` for every sampled config; returns an ExperimentAnalysis.
 
     The trainable calls `tune.report({...})` once per iteration (and may pass `checkpoint=`);
@@ -45,8 +45,10 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     `log_to_file` also writes each trial's stdout/stderr into its directory (Ray's forms);
     `trial_name_creator`/`trial_dirname_creator` name trials (`trial -> str`) as in Ray;
     `reuse_actors` has no effect: trials are tasks on raylite's reused worker processes.
+    `progress_reporter`: a tune.CLIReporter shapes the status table; a ProgressReporter subclass replaces it.
     See README "Hyperparameter search (raylite.tune)" for every argument.
     """
+    from raylite.tune import reporters
     from raylite.tune.runner import TrialRunner
     from raylite.tune.tuner import split_resources
     trainable, resources_per_trial = split_resources(trainable, resources_per_trial)
@@ -56,6 +58,7 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     if checkpoint_config is not None:
         checkpoint_config.check_function_trainable("a function trainable")
     check_fail_fast(fail_fast, max_failures)
+    reporters.check(progress_reporter)
     log_files(log_to_file)   # a ValueError for anything but Ray's forms, before any trial starts
     for what, fn in (("trial_name_creator", trial_name_creator), ("trial_dirname_creator", trial_dirname_creator)):
         if fn is not None and not callable(fn):
@@ -72,6 +75,7 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
                          search_alg, scheduler, stop, time_budget_s, max_concurrent_trials,
                          storage_path or local_dir, name, resume, max_failures, verbose, callbacks, checkpoint_config,
                          fail_fast, errored, trial_name_creator, trial_dirname_creator, log_to_file)
+    runner.reporter = reporters.configure(runner.reporter, progress_reporter)
     analysis = runner.run()
     failed = [t for t in analysis.trials if t.status == ERROR]
     if failed and raise_on_failed_trial:

@@ -49,6 +49,9 @@ class ProgressReporter:
                  interval: float = 5.0, out=None):
         self.verbose, self.metric, self.mode = verbose, metric, mode
         self.param_names = param_names[:MAX_PARAM_COLUMNS]
+        self.param_headers = list(self.param_names)
+        self.metric_columns: list[tuple[str, str]] = []   # (metric, header) shown besides `metric`
+        self.max_rows = MAX_ROWS
         self.interval = interval
         self.out = out or sys.stdout
         self.last_print = time.monotonic()   # the first table after `interval`, not at once
@@ -103,17 +106,18 @@ class ProgressReporter:
             lines.append(f"{'Best trial' if final else 'Best so far'}: {best} {self.metric}={_fmt(lookup(best.last_result, self.metric))} "
                          f"config={_short_config(best.config, self.param_names)}")
         shown = sorted(trials, key=lambda t: (_ORDER[t.status], t.index))
-        rows = [self._row(runner, t) for t in shown[:MAX_ROWS]]
-        header = ["Trial name", "status", *self.param_names, "iter", "total time (s)"]
+        rows = [self._row(runner, t) for t in shown[:self.max_rows]]
+        header = ["Trial name", "status", *self.param_headers, "iter", "total time (s)"]
         if self.metric:
             header.append(self.metric)
+        header += [h for _, h in self.metric_columns]
         header.append("note")
         lines.append(table(rows, header))
-        if len(shown) > MAX_ROWS:
+        if len(shown) > self.max_rows:
             rest: dict[str, int] = {}
-            for t in shown[MAX_ROWS:]:
+            for t in shown[self.max_rows:]:
                 rest[t.status] = rest.get(t.status, 0) + 1
-            lines.append(f"... {len(shown) - MAX_ROWS} more trials not shown ("
+            lines.append(f"... {len(shown) - self.max_rows} more trials not shown ("
                          + ", ".join(f"{n} {s}" for s, n in rest.items()) + ")")
         return "\n".join(lines)
 
@@ -124,6 +128,9 @@ class ProgressReporter:
                _fmt(r.get("training_iteration", "")), _fmt(r.get("time_total_s", ""))]
         if self.metric:
             value = lookup(r, self.metric)
+            row.append("" if value is None else _fmt(value))
+        for key, _ in self.metric_columns:
+            value = lookup(r, key)
             row.append("" if value is None else _fmt(value))
         row.append(trial_note(runner, t))
         return row

@@ -150,6 +150,7 @@ class RunConfig(_TrainRunConfig):
     a pair -> one file each). A Tuner takes raylite.train's RunConfig too."""
 
     log_to_file: bool | str | tuple = False
+    progress_reporter: Any = None   # a tune.CLIReporter or ProgressReporter, as tune.run's
 
     def __post_init__(self):
         parent = getattr(super(), "__post_init__", None)
@@ -407,7 +408,8 @@ class Tuner:
                        max_failures=self._max_failures, raise_on_failed_trial=False, verbose=rc.verbose,
                        callbacks=rc.callbacks, checkpoint_config=rc.checkpoint_config,
                        fail_fast=self._fail_fast, log_to_file=getattr(rc, "log_to_file", False),
-                       trial_name_creator=tc.trial_name_creator, trial_dirname_creator=tc.trial_dirname_creator)
+                       trial_name_creator=tc.trial_name_creator, trial_dirname_creator=tc.trial_dirname_creator,
+                       progress_reporter=getattr(rc, "progress_reporter", None))
         return ResultGrid(analysis)
 
     def get_results(self) -> ResultGrid:
