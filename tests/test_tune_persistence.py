@@ -229,7 +229,7 @@ def test_resume_after_driver_sigkill(tmp_path, driver_process):
             state = json.loads((d / "trial.json").read_text())
             if state["status"] == "TERMINATED":
                 finished_at_kill.add(state["trial_id"])
-            steps = [int(p.name.split("_")[1]) for p in d.iterdir()
+            steps = [json.loads((p / ".tune_checkpoint.json").read_text())["training_iteration"] for p in d.iterdir()
                      if p.name.startswith("checkpoint_") and (p / ".tune_checkpoint.json").exists()]
             recorded = len((d / "result.json").read_text().splitlines()) if (d / "result.json").exists() else 0
             usable = [s for s in steps if s <= recorded + 1]   # with every earlier result on disk
