@@ -130,6 +130,10 @@ def test_tuner_with_a_data_parallel_trainer(runtime, tmp_path):
     assert grid.num_errors == 0 and sorted(r.metrics["score"] for r in grid) == [10, 20]
     with pytest.raises(ValueError, match=r"not DataParallelTrainer arguments.*'backend_config'"):
         tune.Tuner(trainer, param_space={"torch_config": None})
+    local = DataParallelTrainer(loop, train_loop_config={"x": 0}, scaling_config=ScalingConfig(num_workers=0))
+    grid = tune.Tuner(local, param_space={"train_loop_config": {"x": tune.grid_search([3])}},
+                      run_config=tune.RunConfig(name="local", storage_path=str(tmp_path), verbose=0)).fit()
+    assert grid.num_errors == 0 and grid[0].metrics["score"] == 30   # local mode: trained in the trial
 
 
 def test_torch_trainer_inside_a_trainable_with_tune_report_callback(runtime, tmp_path):

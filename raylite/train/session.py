@@ -80,24 +80,28 @@ class _LocalSession(_Session):
     driver as rank 0 of 1. As in Ray, a report only keeps its metrics and checkpoint (not copied,
     nothing written); ``get_checkpoint()`` returns the last reported one; collectives return at once."""
 
-    def __init__(self, info: SessionInfo):
+    def __init__(self, info: SessionInfo, callbacks: list | None = None):
         super().__init__(info)
         self.last_metrics: dict | None = None
+        # raylite.tune's hook (a trainer run in a trial), which reports each round on to Tune
+        self.forward = [cb for cb in callbacks or () if hasattr(cb, "on_rank0_report")]
 
     def gather(self, value, name_if_any: bool = False) -> tuple[list, str | None]:
         return [value], None
 
     def report(self, metrics: dict | None, checkpoint: Checkpoint | None) -> None:
         self.last_metrics, self.info.checkpoint = metrics, checkpoint
+        for cb in self.forward:
+            cb.on_rank0_report(dict(metrics or {}), checkpoint)
 
 
 _session: _Session | None = None
 _default_info = SessionInfo()
 
 
-def _start(info: SessionInfo, local: bool = False) -> _Session:
+def _start(info: SessionInfo, local: bool = False, callbacks: list | None = None) -> _Session:
     global _session
-    _session = (_LocalSession if local else _Session)(info)
+    _session = _LocalSession(info, callbacks) if local else _Session(info)
     return _session
 
 

@@ -476,7 +476,8 @@ class DataParallelTrainer:
         metrics and checkpoint (as reported, not copied), ``path`` None and the return value."""
         fn, config = self.train_loop_per_worker, self.train_loop_config
         local = session._start(SessionInfo(experiment_name=self.run_config.name,
-                                           checkpoint=self.resume_from_checkpoint), local=True)
+                                           checkpoint=self.resume_from_checkpoint), local=True,
+                               callbacks=self.run_config.callbacks)
         try:
             value = fn({} if config is None else config) if takes_config(fn) else fn()
         finally:

@@ -46,7 +46,7 @@ def default_concurrency(trainer: DataParallelTrainer, total: dict) -> int:
     on concurrent trials when the TuneConfig sets none, since the trial tasks hold no CPU."""
     request = trainer.scaling_config.worker_request(use_gpu=trainer.scaling_config.use_gpu is True)
     asks = {"CPU": request["num_cpus"], "GPU": request["num_gpus"], **request["resources"]}
-    n = trainer.scaling_config.num_workers
+    n = max(1, trainer.scaling_config.num_workers)   # local mode (0 workers): the trial process trains
     fits = [math.floor(total.get(k, 0) / (n * v) + 1e-9) for k, v in asks.items() if v]
     return max(1, min(fits, default=1))
 
