@@ -35,6 +35,15 @@ def _write(d: str, files: dict) -> Checkpoint:
     return Checkpoint.from_directory(d)
 
 
+def _resume_step() -> int:
+    """The step after the one in train.get_checkpoint()'s state.json (0 without a checkpoint)."""
+    ckpt = train.get_checkpoint()
+    if ckpt is None:
+        return 0
+    with ckpt.as_directory() as d, open(os.path.join(d, "state.json")) as f:
+        return json.load(f)["step"] + 1
+
+
 def _ranks_checkpoints(config):
     import tempfile
     rank = train.get_context().get_world_rank()
@@ -77,11 +86,7 @@ def test_report_is_a_barrier_across_ranks(runtime, tmp_path):
 def _dies_before_reporting(config):
     import tempfile
     rank = train.get_context().get_world_rank()
-    start = 0
-    ckpt = train.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as d, open(os.path.join(d, "state.json")) as f:
-            start = json.load(f)["step"] + 1
+    start = _resume_step()
     for step in range(start, 4):
         if rank == 1 and step == 2 and not os.path.exists(config["marker"]):
             open(config["marker"], "w").close()
@@ -103,11 +108,7 @@ def test_a_rank_dying_while_others_wait_in_report_restarts_from_the_last_complet
 
 def _resumable(config):
     import tempfile
-    start = 0
-    ckpt = train.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as d, open(os.path.join(d, "state.json")) as f:
-            start = json.load(f)["step"] + 1
+    start = _resume_step()
     for step in range(start, 4):
         with tempfile.TemporaryDirectory() as d:
             train.report({"step": step, "start": start},
