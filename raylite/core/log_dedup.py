@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 
-_NUMBERED = re.compile(r"(\d+|0x[0-9a-fA-F]+)")
+_NUMBERED = re.compile(r"\S*\d\S*")   # a word with a digit (hex "0x..." words have one too)
 _PROGRESS = re.compile(r" \[[0-9.]+ \S+/s\]$")   # raylite.experimental.tqdm_ray's status lines: each bar its own
 _HINT = (" (raylite deduplicates logs as Ray does by default. Set RAY_DEDUP_LOGS=0 to disable log "
          "deduplication.)")
@@ -26,7 +26,7 @@ def from_environment() -> Deduplicator | None:
 
 def _pattern(line: str) -> str:
     """The line without its words that hold numbers (pids, counters, addresses differ by worker)."""
-    return " ".join(word for word in line.split() if not _NUMBERED.search(word))
+    return " ".join(_NUMBERED.sub("", line).split())
 
 
 class _Held:
