@@ -371,6 +371,37 @@ def test_with_parameters_callbacks_and_trial_context(ray2, tmp_path):
     assert events[-1] == ("end", 2)
 
 
+def test_callback_hooks_for_setup_steps_checkpoints_and_retries(ray2, tmp_path):
+    """The rest of Ray's tune.Callback hooks, in the order Ray fires them."""
+    events = []
+
+    class Recorder(tune.Callback):
+        def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
+            events.append(("setup", num_samples))
+
+        def on_step_begin(self, iteration, trials, **info):
+            events.append(("step",))
+
+        def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+            events.append(("checkpoint", os.path.basename(checkpoint.path), os.path.isdir(checkpoint.path)))
+
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            events.append(("recover",))
+
+    def trainable(config):
+        marker = os.path.join(config["dir"], "failed_once")
+        tune.report({"x": 1}, checkpoint=tune.Checkpoint.from_dict({"x": 1}))
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("first attempt fails")
+
+    tune.run(trainable, config={"dir": str(tmp_path)}, storage_path=str(tmp_path), max_failures=1,
+             callbacks=[Recorder()], verbose=0)
+    assert events[0] == ("setup", 1) and ("step",) in events
+    assert [e for e in events if e[0] in ("checkpoint", "recover")] == [
+        ("checkpoint", "checkpoint_000000", True), ("recover",), ("checkpoint", "checkpoint_000001", True)]
+
+
 def test_status_table_names_the_blocking_resource(ray2, tmp_path, capsys):
     from raylite.tune import progress
     reports = []

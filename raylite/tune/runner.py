@@ -260,6 +260,7 @@ class TrialRunner:
                                        "log_files": self.log_files,
                                        "checkpoint_dir_arg": session.wants_checkpoint_dir(self.trainable)})
             self.started_at = time.monotonic()
+            self._fire("setup", stop=self.stop, num_samples=self.num_samples, total_num_samples=self.num_samples)
             self._loop()
             if self.fail_error is not None:
                 raise self.fail_error
@@ -270,8 +271,7 @@ class TrialRunner:
             self._cleanup(outcome)
             optuna.logging.set_verbosity(verbosity)
         self.reporter.summary(self)
-        for cb in self.callbacks:
-            cb.on_experiment_end(trials=self.trials)
+        self._fire("on_experiment_end", trials=self.trials)
         return ExperimentAnalysis(self.trials, self.metric, self.mode, experiment_path=self.storage.path,
                                   study=self.study)
 
@@ -280,6 +280,7 @@ class TrialRunner:
         # on with the trials'), so a trial ending mid-drain still gets its slot refilled at once.
         while True:
             self.iteration += 1
+            self._fire("on_step_begin", iteration=self.iteration, trials=self.trials)
             self._launch_ready()
             if not self.running and not self.finishing and self.drain_ref is None and \
                     (self.stopping or (not self.pending and not self._can_create())):
@@ -323,6 +324,14 @@ class TrialRunner:
                 if self._prequeue():
                     self._precreate()
             self.reporter.maybe_status(self)
+            self._fire("on_step_end", iteration=self.iteration, trials=self.trials)
+
+    def _fire(self, hook: str, **info) -> None:
+        """Call Ray's tune.Callback hook on every callback that has it."""
+        for cb in self.callbacks:
+            method = getattr(cb, hook, None)
+            if method is not None:
+                method(**info)
 
     def _refill(self) -> None:
         """Launch into the slots that trials just left, then learn how they ended."""
@@ -469,8 +478,7 @@ class TrialRunner:
             return
         if trial.start_time is None:
             trial.start_time = time.time()
-        for cb in self.callbacks:
-            cb.on_trial_start(iteration=self.iteration, trials=self.trials, trial=trial)
+        self._fire("on_trial_start", iteration=self.iteration, trials=self.trials, trial=trial)
 
     def _rewind(self, trial: Trial) -> session.Checkpoint | None:
         """The checkpoint to restart from: the newest with every earlier result on disk (a driver
@@ -552,8 +560,10 @@ class TrialRunner:
             self.dropped += trial.drop_checkpoints(self.checkpoint_config)
         self.result_batch.setdefault(trial.path, []).append(result)
         self.reporter.result_line(trial, result)
-        for cb in self.callbacks:
-            cb.on_trial_result(iteration=self.iteration, trials=self.trials, trial=trial, result=result)
+        self._fire("on_trial_result", iteration=self.iteration, trials=self.trials, trial=trial, result=result)
+        if result.get("checkpoint_dir_name") and self.callbacks:
+            self._fire("on_checkpoint", iteration=self.iteration, trials=self.trials, trial=trial,
+                       checkpoint=session.Checkpoint(os.path.join(trial.path, result["checkpoint_dir_name"])))
         if result.get("done"):   # Ray's Trial.should_stop; the trial ends itself at this report (session.report)
             return self._request_stop(trial, "done")
         decision = self.scheduler.on_result(trial, flat)
@@ -645,8 +655,7 @@ class TrialRunner:
                 self.storage.flush()
                 return self._discard(trial)
             trial.start_time = trial.start_time or time.time()   # it had begun: a trial stopped at once
-            for cb in self.callbacks:
-                cb.on_trial_start(iteration=self.iteration, trials=self.trials, trial=trial)
+            self._fire("on_trial_start", iteration=self.iteration, trials=self.trials, trial=trial)
         self.storage.close_results(trial.path)
         if kind == "ok" or trial.stop_reason is not None:
             trial.status = TERMINATED
@@ -666,6 +675,7 @@ class TrialRunner:
                 self.pending.appendleft(trial)
                 self.storage.save_trial(trial)
                 self.reporter.trial_line(trial, f"failed ({trial.num_failures}/{self.max_failures}), retrying")
+                self._fire("on_trial_recover", iteration=self.iteration, trials=self.trials, trial=trial)
                 return
             trial.status, state, what = ERROR, TrialState.FAIL, "errored"
             if self.fail_fast and not self.stopping:
@@ -680,8 +690,7 @@ class TrialRunner:
         hook = "on_trial_error" if trial.status == ERROR else "on_trial_complete"
         if self.callbacks:
             self.storage.flush()   # the trial's files are on disk before its callbacks run
-        for cb in self.callbacks:
-            getattr(cb, hook)(iteration=self.iteration, trials=self.trials, trial=trial)
+        self._fire(hook, iteration=self.iteration, trials=self.trials, trial=trial)
 
     def _tell(self, trial: Trial, state: TrialState) -> None:
         value = lookup(trial.last_result, self.metric) if self.metric else None
