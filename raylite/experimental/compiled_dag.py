@@ -162,7 +162,25 @@ class CompiledDAG:
         return dot.source
 
 
-class CompiledDAGRef:
+class _OneExecution:
+    """What an execution gives back: bound to its graph's bookkeeping, so never copied or pickled."""
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}({self._dag.get_id()}, execution_index={self._execution_index})"
+
+    __repr__ = __str__
+
+    def __copy__(self):
+        raise ValueError(f"{type(self).__name__} cannot be copied.")
+
+    def __deepcopy__(self, memo):
+        raise ValueError(f"{type(self).__name__} cannot be deep copied.")
+
+    def __reduce__(self):
+        raise ValueError(f"{type(self).__name__} cannot be pickled.")
+
+
+class CompiledDAGRef(_OneExecution):
     """A compiled graph execution's result: ``ray.get`` it once. It cannot be copied, pickled,
     passed to a task or waited on."""
 
@@ -190,22 +208,8 @@ class CompiledDAGRef:
         if not self._ray_get_called:
             self._dag._got(self._execution_index)
 
-    def __str__(self) -> str:
-        return f"CompiledDAGRef({self._dag.get_id()}, execution_index={self._execution_index})"
 
-    __repr__ = __str__
-
-    def __copy__(self):
-        raise ValueError("CompiledDAGRef cannot be copied.")
-
-    def __deepcopy__(self, memo):
-        raise ValueError("CompiledDAGRef cannot be deep copied.")
-
-    def __reduce__(self):
-        raise ValueError("CompiledDAGRef cannot be pickled.")
-
-
-class CompiledDAGFuture:
+class CompiledDAGFuture(_OneExecution):
     """An ``execute_async()`` result: await it once."""
 
     def __init__(self, dag: CompiledDAG, execution_index: int, ref):
@@ -224,17 +228,6 @@ class CompiledDAGFuture:
         if self._ref is not None:
             self._dag._got(self._execution_index)
 
-    def __str__(self) -> str:
-        return f"CompiledDAGFuture({self._dag.get_id()}, execution_index={self._execution_index})"
-
-    def __copy__(self):
-        raise ValueError("CompiledDAGFuture cannot be copied.")
-
-    def __deepcopy__(self, memo):
-        raise ValueError("CompiledDAGFuture cannot be deep copied.")
-
-    def __reduce__(self):
-        raise ValueError("CompiledDAGFuture cannot be pickled.")
 
 
 async def _await(ref):
