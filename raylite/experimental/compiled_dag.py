@@ -229,6 +229,5 @@ class CompiledDAGFuture(_OneExecution):
             self._dag._got(self._execution_index)
 
 
-
 async def _await(ref):
     return await ref
