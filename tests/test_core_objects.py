@@ -136,14 +136,34 @@ def test_put_get_large_numpy_array(ray_start):
         lambda: np.arange(2 * MB, dtype=np.int32).reshape(1024, -1),  # 8 MB 2-D
         lambda: np.asfortranarray(np.arange(MB, dtype=np.float64).reshape(1024, 1024)),
         lambda: np.arange(4 * MB, dtype=np.int64)[::3],  # strided view
+        lambda: np.arange(MB, dtype=">i4").reshape(16, 64, -1),  # big-endian, 3-D
+        lambda: np.arange(MB).astype("datetime64[ns]"),  # no buffer protocol of its own
+        lambda: np.array(["ab", "xyz"] * MB, dtype="U3"),
+        lambda: np.zeros(MB, dtype=[("a", "f8"), ("b", "i4")]),  # structured: fields survive
+        lambda: np.ma.masked_array(np.arange(MB, dtype=np.float64), mask=np.arange(MB) % 3 == 0),  # subclass
     ],
-    ids=["2d-int32", "fortran-order", "strided-view"],
+    ids=["2d-int32", "fortran-order", "strided-view", "big-endian-3d", "datetime64", "unicode", "structured",
+         "masked-array"],
 )
 def test_put_get_large_array_layouts(ray_start, make):
     arr = make()
-    out = ray.get(ray.put(arr))
-    assert out.shape == arr.shape and out.dtype == arr.dtype
-    np.testing.assert_array_equal(out, arr)
+    contiguous = arr.flags.c_contiguous or arr.flags.f_contiguous
+
+    @ray.remote
+    def echo_layout(a):
+        return type(a).__name__, a.dtype, a.shape, bool(a.flags.f_contiguous), a
+
+    seen_by_task = ray.get(echo_layout.remote(ray.put(arr)))
+    assert seen_by_task[:3] == (type(arr).__name__, arr.dtype, arr.shape)
+    if contiguous:
+        assert seen_by_task[3] == arr.flags.f_contiguous
+    for out in (ray.get(ray.put(arr)), seen_by_task[-1], ray.get(echo_layout.remote(arr))[-1]):
+        assert type(out) is type(arr) and out.shape == arr.shape and out.dtype == arr.dtype
+        if contiguous:
+            assert (out.flags.c_contiguous, out.flags.f_contiguous) == (arr.flags.c_contiguous, arr.flags.f_contiguous)
+        np.testing.assert_array_equal(out, arr)
+        if isinstance(arr, np.ma.MaskedArray):
+            np.testing.assert_array_equal(out.mask, arr.mask)
 
 
 def test_put_get_object_with_several_large_arrays(ray_start):

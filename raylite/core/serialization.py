@@ -3,6 +3,11 @@
 A buffer of at least INLINE_LIMIT bytes (numpy arrays, torch CPU tensors, bytes-like) is written
 into its own file under /dev/shm and travels as a (name, size) pair; readers map it instead of
 copying, so `put` costs one copy and `get` none. Everything smaller rides inline in the message.
+
+A large plain NumPy array, the commonest such value, skips pickle altogether: its dtype, order and
+shape travel as a short text (see _ARRAY_MARK). Rebuilding one through pickle looks up numpy's
+reconstructor and dtype by name, which right after the caller streamed 100 MB through the caches
+(a task summing the array it was passed) cost ~0.1 ms here; the direct path costs half that.
 """
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ from raylite.core.segments import mappings, write_segment
 INLINE_LIMIT = 1 << 20
 _SIMPLE = (int, float, str, bytes, bool, type(None))
 _PLAIN_ARGS = _SIMPLE + (ArgRef,)   # arguments plain pickle takes as they are (a ref's placeholder too)
+_ARRAY_MARK = b"ND"   # data of an array sent directly: b"ND<dtype> <C|F> <shape>"; a pickle starts b"\x80"
+_ARRAY_KINDS = "biufcmMSU"   # dtypes a dtype string rebuilds exactly (no fields, objects or metadata)
+_dtypes: dict[str, object] = {}
 
 
 class Serialized:
@@ -130,6 +138,8 @@ def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
     """Serialize `value`; large buffers go to shared memory when a session prefix is given."""
     if type(value) in _SIMPLE:
         return Serialized(pickle.dumps(value, 5), (), is_error)
+    if shm_prefix is not None and _direct_array(value):
+        return _dumps_array(value, shm_prefix, is_error)
     buffers: list = []
 
     def callback(pb: pickle.PickleBuffer):
@@ -152,9 +162,38 @@ def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
     return Serialized(out.getvalue(), tuple(buffers), is_error, refs)
 
 
+def _direct_array(value) -> bool:
+    """A large, contiguous numpy.ndarray (not a subclass) whose dtype its string rebuilds."""
+    cls = type(value)
+    if cls.__name__ != "ndarray" or cls.__module__ != "numpy" or value.nbytes < INLINE_LIMIT:
+        return False
+    dtype, flags = value.dtype, value.flags
+    return (dtype.kind in _ARRAY_KINDS and dtype.fields is None and dtype.subdtype is None
+            and dtype.metadata is None and (flags.c_contiguous or flags.f_contiguous))
+
+
+def _dumps_array(array, shm_prefix: str, is_error: bool) -> Serialized:
+    order = "C" if array.flags.c_contiguous else "F"
+    raw = memoryview(array.reshape(-1, order=order).view("u1"))   # (datetimes export no buffer of their own)
+    segment = write_segment(shm_prefix, raw)
+    header = f"{array.dtype.str} {order} {','.join(map(str, array.shape))}"
+    return Serialized(_ARRAY_MARK + header.encode(), (segment,), is_error)
+
+
+def _loads_array(data: bytes, segment: tuple):
+    import numpy
+    dtype_str, order, shape = data[len(_ARRAY_MARK):].decode().split(" ")
+    dtype = _dtypes.get(dtype_str)
+    if dtype is None:
+        dtype = _dtypes[dtype_str] = numpy.dtype(dtype_str)
+    return numpy.frombuffer(mappings.view(*segment), dtype).reshape(tuple(map(int, shape.split(","))), order=order)
+
+
 def loads(ser: Serialized):
     if not ser.buffers:
         return pickle.loads(ser.data)
+    if ser.data[:2] == _ARRAY_MARK:
+        return _loads_array(ser.data, ser.buffers[0])
     bufs = [b if isinstance(b, bytes) else mappings.view(*b) for b in ser.buffers]
     return pickle.loads(ser.data, buffers=bufs)
 
