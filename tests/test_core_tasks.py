@@ -209,6 +209,19 @@ def test_top_level_ref_args_are_resolved(ray_start):
     assert ray.get(inspect.remote(a, kwarg=b)) == ("dict", {"value": 1}, "list", [1, 2, 3])
 
 
+
+def test_ref_args_beside_plain_values_and_tuples(ray_start):
+    """Refs among plain arguments and among others travel differently; a tuple (a value, or a
+    user's argument) never passes for a ref."""
+    @ray.remote
+    def echo(*args, **kwargs):
+        return args, kwargs
+
+    one, pair = ray.put((7,)), ray.put((8, 9))
+    assert ray.get(echo.remote(one, 3, "s", None, kw=pair, n=1.5)) == (((7,), 3, "s", None), {"kw": (8, 9), "n": 1.5})
+    assert ray.get(echo.remote(one, (1,), kw=pair, t=(2,))) == (((7,), (1,)), {"kw": (8, 9), "t": (2,)})
+    assert ray.get(echo.remote((5,), k=(6,))) == (((5,),), {"k": (6,)})
+
 def test_nested_refs_stay_refs(ray_start):
     @ray.remote
     def inspect(items, mapping):

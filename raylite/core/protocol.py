@@ -42,7 +42,7 @@ class TaskSpec:
         self.kind = kind                    # "task" | "actor_create" | "actor_call"
         self.task_id = task_id
         self.name = name                    # function, class or Class.method (for logs and errors)
-        self.args = args                    # Serialized (args, kwargs) with top-level refs as ArgRef
+        self.args = args                    # Serialized (args, kwargs), top-level refs as placeholders
         self.deps = deps                    # object ids of top-level ref arguments
         self.return_ids = return_ids
         self.fn_id = fn_id                  # function or class id (tasks and actor creation)

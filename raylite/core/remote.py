@@ -7,7 +7,7 @@ import warnings
 from raylite import exceptions
 from raylite.core import context, objects, ray_backend, runtime_env, serialization, signatures, streams
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
-from raylite.core.protocol import ArgRef, TaskSpec
+from raylite.core.protocol import TaskSpec
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
@@ -136,19 +136,9 @@ def _client():
 
 
 def _pack_args(name: str, args: tuple, kwargs: dict, prefix: str):
-    """Serialize arguments, swapping top-level ObjectRefs for placeholders the worker resolves."""
-    deps = []
-    if (args or kwargs) and (any(type(a) is ObjectRef for a in args)
-                             or any(type(v) is ObjectRef for v in kwargs.values())):
-        def swap(v):
-            if type(v) is ObjectRef:
-                deps.append(v.id)
-                return ArgRef(v.id)
-            return v
-        args = tuple(swap(a) for a in args)
-        kwargs = {k: swap(v) for k, v in kwargs.items()}
+    """Serialized arguments and the ids of the top-level refs among them, which the worker resolves."""
     try:
-        return serialization.dumps_args(args, kwargs, prefix), tuple(deps)
+        return serialization.dumps_args(args, kwargs, prefix)
     except exceptions.ObjectStoreFullError:
         raise
     except Exception as e:

@@ -23,7 +23,7 @@ from raylite.core.segments import mappings, write_segment
 
 INLINE_LIMIT = 1 << 20
 _SIMPLE = (int, float, str, bytes, bool, type(None))
-_PLAIN_ARGS = _SIMPLE + (ArgRef,)   # arguments plain pickle takes as they are (a ref's placeholder too)
+_REFS_MARK = b"R"   # data of plain arguments whose refs travel as 1-tuples of their ids (dumps_args)
 _ARRAY_MARK = b"ND"   # data of an array sent directly: b"ND<dtype> <C|F> <shape>"; a pickle starts b"\x80"
 _ARRAY_KINDS = "biufcmMSU"   # dtypes a dtype string rebuilds exactly (no fields, objects or metadata)
 _dtypes: dict[str, object] = {}
@@ -125,13 +125,41 @@ def _rebuild_tensor(array, requires_grad: bool):
 _NO_ARGS = Serialized(pickle.dumps(((), {}), 5))
 
 
-def dumps_args(args: tuple, kwargs: dict, shm_prefix: str | None) -> Serialized:
-    """(args, kwargs) in wire form, skipping cloudpickle for the common plain cases."""
+def dumps_args(args: tuple, kwargs: dict, shm_prefix: str | None) -> tuple[Serialized, tuple]:
+    """(args, kwargs) in wire form, and the ids of the top-level ObjectRefs among them, whose
+    values the worker passes instead (loads_args). Plain arguments (numbers, strings, refs) skip
+    cloudpickle, and their refs travel as 1-tuples of their ids, which no other plain argument
+    is: pickling a placeholder class (ArgRef, used otherwise) looks it up by name on both sides,
+    which right after user code evicted the caches costs ~20 us each."""
     if not args and not kwargs:
-        return _NO_ARGS
-    if all(type(a) in _PLAIN_ARGS for a in args) and all(type(v) in _PLAIN_ARGS for v in kwargs.values()):
-        return Serialized(pickle.dumps((args, kwargs), 5))
-    return dumps((args, kwargs), shm_prefix)
+        return _NO_ARGS, ()
+    ref = objects.ObjectRef
+    plain = all(type(a) in _SIMPLE or type(a) is ref for a in args) and all(
+        type(v) in _SIMPLE or type(v) is ref for v in kwargs.values())
+    deps = tuple(v.id for v in (*args, *kwargs.values()) if type(v) is ref)
+    if plain and not deps:
+        return Serialized(pickle.dumps((args, kwargs), 5)), ()
+    if plain:
+        args = tuple((a.id,) if type(a) is ref else a for a in args)
+        kwargs = {k: (v.id,) if type(v) is ref else v for k, v in kwargs.items()}
+        return Serialized(_REFS_MARK + pickle.dumps((args, kwargs), 5)), deps
+    if deps:
+        args = tuple(ArgRef(a.id) if type(a) is ref else a for a in args)
+        kwargs = {k: ArgRef(v.id) if type(v) is ref else v for k, v in kwargs.items()}
+    return dumps((args, kwargs), shm_prefix), deps
+
+
+def loads_args(ser: Serialized, values: dict) -> tuple[list, dict]:
+    """dumps_args' (args, kwargs), each ref's placeholder replaced by `values[object id]`."""
+    if ser.data[:1] == _REFS_MARK:
+        args, kwargs = pickle.loads(memoryview(ser.data)[1:])
+        return ([values[a[0]] if type(a) is tuple else a for a in args],
+                {k: values[v[0]] if type(v) is tuple else v for k, v in kwargs.items()})
+    args, kwargs = loads(ser)
+    if values:
+        args = [values[a.object_id] if type(a) is ArgRef else a for a in args]
+        kwargs = {k: values[v.object_id] if type(v) is ArgRef else v for k, v in kwargs.items()}
+    return args, kwargs
 
 
 def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:

@@ -16,7 +16,7 @@ from collections import deque
 from raylite import exceptions
 from raylite.core import concurrency, context, objects, remote, runtime_env, serialization, streams
 from raylite.core.segments import mappings
-from raylite.core.protocol import SPIN_S, ArgRef, Channel, TaskSpec, spec_from_wire
+from raylite.core.protocol import SPIN_S, Channel, TaskSpec, spec_from_wire
 from raylite.core.resources import NodeResources
 
 
@@ -383,12 +383,7 @@ class _Executor:
         return objects.ObjectRef(oid)   # pickled into the task's result, which then holds it
 
     def arguments(self, spec: TaskSpec, deps: dict) -> tuple[list, dict]:
-        args, kwargs = serialization.loads(spec.args)
-        if deps:
-            values = {oid: _value(ser) for oid, ser in deps.items()}
-            args = [values[a.object_id] if type(a) is ArgRef else a for a in args]
-            kwargs = {k: values[v.object_id] if type(v) is ArgRef else v for k, v in kwargs.items()}
-        return args, kwargs
+        return serialization.loads_args(spec.args, {oid: _value(ser) for oid, ser in deps.items()} if deps else {})
 
     def invoke(self, spec: TaskSpec, args, kwargs):
         if spec.kind == "task":
