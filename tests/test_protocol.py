@@ -95,3 +95,69 @@ def test_spin_window_comes_from_the_environment():
     env["RAYLITE_SPIN_US"] = "250"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert float(out.stdout.split()[0]) == pytest.approx(250e-6)
+
+
+def test_spin_for_polls_through_a_wait_predicted_short(monkeypatch):
+    monkeypatch.setattr(protocol, "SPIN_S", 400e-6)
+    monkeypatch.setattr(protocol, "SPIN_MAX_S", 20e-3)
+    assert protocol.spin_for(None) == 400e-6            # nothing known: the usual short poll
+    assert protocol.spin_for(50e-3) == 400e-6           # too long to poll through
+    assert 6e-3 < protocol.spin_for(6e-3) <= 20e-3      # past the predicted end, within the cap
+    assert protocol.spin_for(15e-3) == 20e-3             # capped
+    assert protocol.spin_for(0.0) == 400e-6
+    monkeypatch.setattr(protocol, "SPIN_MAX_S", 0.0)
+    assert protocol.spin_for(6e-3) == 400e-6
+    monkeypatch.setattr(protocol, "SPIN_S", 0.0)
+    assert protocol.spin_for(1e-3) == 0.0               # polling off: no adaptive polling either
+
+
+def test_adaptive_window_comes_from_the_environment():
+    import subprocess
+    import sys
+    code = "from raylite.core import protocol as p; print(p.SPIN_MAX_S, p.spin_for(1e-3))"
+    env = dict(os.environ, RAYLITE_SPIN_US="400", RAYLITE_SPIN_MAX_US="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert [float(x) for x in out.stdout.split()] == [0.0, pytest.approx(400e-6)]
+    env["RAYLITE_SPIN_US"] = "0"
+    env.pop("RAYLITE_SPIN_MAX_US")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert [float(x) for x in out.stdout.split()] == [0.0, 0.0]
+
+
+def test_a_worker_polls_as_long_as_its_last_wait(monkeypatch):
+    """A worker whose messages came after 5 ms polls past 5 ms for the next one."""
+    from raylite.core import worker
+    client = worker.WorkerClient.__new__(worker.WorkerClient)
+    client.inbox, client.refops, client.lock, client.last_wait = worker.deque(), [], threading.RLock(), None
+    spins = []
+
+    class FakeChannel:
+        def recv(self, spin):
+            spins.append(spin)
+            time.sleep(0.005)
+            return ("exit",)
+
+    client.chan = FakeChannel()
+    monkeypatch.setattr(worker.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(worker, "spin_for", lambda predicted: ("spin", predicted))
+    assert client.next_message() == ("exit",) and spins == [("spin", None)]
+    client.next_message()
+    assert spins[1][0] == "spin" and 0.005 <= spins[1][1] < 1.0
+
+
+def test_a_driver_waiting_on_a_task_polls_for_what_its_function_usually_takes():
+    from types import SimpleNamespace
+
+    from raylite.core.reader import ProducerReading
+    spec = TaskSpec("task", 1, "f", None, fn_id="fid")
+    w = SimpleNamespace(task=spec, started=time.monotonic() - 0.002)
+    node = SimpleNamespace(fn_time={"fid": 0.006})
+    assert 0.0035 < ProducerReading._time_left(node, w) <= 0.004   # 6 ms usual, 2 ms gone
+    w.started -= 1.0
+    assert ProducerReading._time_left(node, w) == 0.0                # overdue: the usual short poll
+    node.fn_time = {}
+    assert ProducerReading._time_left(node, w) is None               # never ran before
+    node.fn_time, spec.kind = {"fid": 0.006}, "actor_call"
+    assert ProducerReading._time_left(node, w) is None
+    w.task = None
+    assert ProducerReading._time_left(node, w) is None

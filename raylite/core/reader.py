@@ -12,7 +12,7 @@ before the get returns). Whoever else fires the waiter (the node thread: a timeo
 elsewhere; another thread), ends the worker, leaves bytes for it unsent, or gives its task to
 another worker before it started (Node._take_held: the reader then follows the task), wakes the
 reading thread through the reader's own socket pair. The first wait polls before it sleeps (see
-protocol.SPIN_S).
+protocol.spin_for).
 """
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ import select
 import selectors
 import socket
 import threading
+import time
 
-from raylite.core.protocol import SPIN_S, poll_spinning
+from raylite.core.protocol import poll_spinning, spin_for
 
 
 class Reader:
@@ -44,8 +45,8 @@ class Reader:
 
 
 class ProducerReading:
-    """Node mixin. Needs: lock, sel, workers, actors, producers, table, stopping, _run_locked,
-    _on_worker, dirty_channels."""
+    """Node mixin. Needs: lock, sel, workers, actors, producers, table, stopping, fn_time,
+    _run_locked, _on_worker, dirty_channels."""
 
     def _init_readers(self) -> None:
         self.readers: dict[int, Reader] = {}        # worker index -> its socket's borrower
@@ -75,8 +76,9 @@ class ProducerReading:
         try:
             poller.register(sock, select.POLLIN)
             watching_out = False
-            # the first wait polls (see protocol.SPIN_S), unless user threads would compete for the GIL
-            spin = SPIN_S if threading.active_count() <= 2 else 0.0
+            # the first wait polls, as long as the task's function usually takes to run (see
+            # protocol.spin_for), unless user threads would compete for the GIL
+            spin = spin_for(self._time_left(w)) if threading.active_count() <= 2 else 0.0
             while not waiter.done and not self.stopping and not reader.moved and w.index in self.workers:
                 if bool(w.chan.wbuf) != watching_out:
                     watching_out = not watching_out
@@ -141,6 +143,13 @@ class ProducerReading:
             actor = self.actors.get(spec.actor_id)
             return actor.worker if actor is not None and actor.state == "ALIVE" else None
         return next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
+
+    def _time_left(self, w) -> float | None:
+        """How long the task w runs has still to go, going by its function's usual run time
+        (None for actor calls and functions not run yet)."""
+        spec = w.task
+        typical = self.fn_time.get(spec.fn_id) if spec is not None and spec.kind == "task" else None
+        return None if typical is None else max(0.0, typical - (time.monotonic() - w.started))
 
     def _serve_borrowed(self, reader: Reader, events: dict) -> None:
         """The socket first (an actor's `__repr__`, sent before the output, names it), then the

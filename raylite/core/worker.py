@@ -9,6 +9,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import traceback
 import types
 from collections import deque
@@ -16,7 +17,7 @@ from collections import deque
 from raylite import exceptions
 from raylite.core import concurrency, context, objects, remote, runtime_env, serialization, streams
 from raylite.core.segments import mappings
-from raylite.core.protocol import SPIN_S, Channel, TaskSpec, spec_from_wire
+from raylite.core.protocol import Channel, TaskSpec, spec_from_wire, spin_for
 from raylite.core.resources import NodeResources
 
 
@@ -33,6 +34,7 @@ class WorkerClient:
         self.sent_functions: set[str] = set()
         self.req_ids = itertools.count(1)
         self.replies: dict[int, _Reply] | None = None   # set once calls run concurrently
+        self.last_wait: float | None = None   # how long the last wait for a message took (s)
 
     # -- plumbing --
     def send(self, msg) -> None:
@@ -86,9 +88,14 @@ class WorkerClient:
             return self.inbox.popleft()
         with self.lock:
             self._flush_refops()
-        # a single-threaded worker waits for its next task polling first (see protocol.SPIN_S);
-        # with more threads, the polling one would compete for the GIL
-        return _incoming(self.chan.recv(SPIN_S if threading.active_count() == 1 else 0.0))
+        # a single-threaded worker waits for its next task polling first, for as long as its last
+        # wait suggests (see protocol.spin_for); with more threads, the polling one would compete
+        # for the GIL
+        spin = spin_for(self.last_wait) if threading.active_count() == 1 else 0.0
+        started = time.monotonic()
+        msg = self.chan.recv(spin)
+        self.last_wait = time.monotonic() - started
+        return _incoming(msg)
 
     # -- the client interface shared with the driver --
     def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
