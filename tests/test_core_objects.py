@@ -141,9 +141,10 @@ def test_put_get_large_numpy_array(ray_start):
         lambda: np.array(["ab", "xyz"] * MB, dtype="U3"),
         lambda: np.zeros(MB, dtype=[("a", "f8"), ("b", "i4")]),  # structured: fields survive
         lambda: np.ma.masked_array(np.arange(MB, dtype=np.float64), mask=np.arange(MB) % 3 == 0),  # subclass
+        lambda: np.array(b"x" * (2 * MB)),  # 0-d, one 2 MB element
     ],
     ids=["2d-int32", "fortran-order", "strided-view", "big-endian-3d", "datetime64", "unicode", "structured",
-         "masked-array"],
+         "masked-array", "0-d"],
 )
 def test_put_get_large_array_layouts(ray_start, make):
     arr = make()

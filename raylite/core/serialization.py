@@ -191,9 +191,9 @@ def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
 
 
 def _direct_array(value) -> bool:
-    """A large, contiguous numpy.ndarray (not a subclass) whose dtype its string rebuilds."""
+    """A large, contiguous numpy.ndarray (not a subclass, not 0-d) whose dtype its string rebuilds."""
     cls = type(value)
-    if cls.__name__ != "ndarray" or cls.__module__ != "numpy" or value.nbytes < INLINE_LIMIT:
+    if cls.__name__ != "ndarray" or cls.__module__ != "numpy" or value.nbytes < INLINE_LIMIT or not value.ndim:
         return False
     dtype, flags = value.dtype, value.flags
     return (dtype.kind in _ARRAY_KINDS and dtype.fields is None and dtype.subdtype is None
