@@ -161,3 +161,17 @@ def test_a_driver_waiting_on_a_task_polls_for_what_its_function_usually_takes():
     assert ProducerReading._time_left(node, w) is None
     w.task = None
     assert ProducerReading._time_left(node, w) is None
+
+
+@pytest.mark.parametrize("cgroups, files, limited", [
+    ("0::/\n", {"/sys/fs/cgroup/cpu.max": "max 100000\n"}, False),
+    ("0::/pod\n", {"/sys/fs/cgroup/pod/cpu.max": "200000 100000\n"}, True),           # cgroup v2, a limit
+    ("4:cpu,cpuacct:/docker/x\n1:name=systemd:/\n",
+     {"/sys/fs/cgroup/cpu,cpuacct/docker/x/cpu.cfs_quota_us": "50000\n"}, True),     # v1, docker --cpus
+    ("4:cpu,cpuacct:/\n", {"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n"}, False),
+    ("4:memory:/x\n", {"/sys/fs/cgroup/cpu.max": "200000 100000"}, False),          # no cpu controller line
+    (None, {}, False),
+], ids=["v2-max", "v2-quota", "v1-quota", "v1-none", "other-controllers", "no-proc"])
+def test_a_cpu_quota_is_recognised(cgroups, files, limited):
+    """Under a CPU quota the long predicted polls are off by default: they would spend the quota."""
+    assert protocol.cpu_quota_set(cgroups, files.get) is limited

@@ -160,9 +160,41 @@ def _open_loadavg() -> int | None:
 # milliseconds) polls until its answer is due, up to SPIN_MAX_S: after sleeping that long, the
 # process also runs with cold caches (the host ran others on its CPU), which here cost a 6 ms
 # task's round trip 0.2 ms more than the wake-ups alone. Adaptive, as in OpenMP's runtimes,
-# which poll for up to 200 ms; RAYLITE_SPIN_MAX_US=0 keeps every wait's polling to SPIN_S.
+# which poll for up to 200 ms; RAYLITE_SPIN_MAX_US=0 keeps every wait's polling to SPIN_S, as
+# does a CPU quota (see cpu_quota_set).
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def cpu_quota_set(cgroups: str | None, read=_read) -> bool:
+    """Whether a cgroup CPU quota limits this process (`docker --cpus`, a Kubernetes CPU limit),
+    from /proc/self/cgroup's text: polling there spends the quota the work needs, and
+    /proc/loadavg (the host's) cannot tell that no CPU is free."""
+    for line in (cgroups or "").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":   # cgroup v2: "max 100000" is no quota
+            files = [f"/sys/fs/cgroup{path}/cpu.max", "/sys/fs/cgroup/cpu.max"]
+            unlimited = "max"
+        elif "cpu" in controllers.split(","):   # v1: -1 is no quota
+            files = [f"{base}{sub}/cpu.cfs_quota_us" for base in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct")
+                     for sub in dict.fromkeys((path.rstrip("/"), ""))]
+            unlimited = "-1"
+        else:
+            continue
+        for fields in (text.split() for text in map(read, files) if text):
+            if fields and fields[0] != unlimited:
+                return True
+    return False
+
+
 SPIN_S = float(os.environ.get("RAYLITE_SPIN_US", "400")) * 1e-6
-SPIN_MAX_S = float(os.environ.get("RAYLITE_SPIN_MAX_US", "20000")) * 1e-6 if SPIN_S else 0.0
+# the longer, predicted polls: off where a CPU quota applies, unless asked for
+SPIN_MAX_S = float(os.environ.get("RAYLITE_SPIN_MAX_US") or
+                   ("0" if not SPIN_S or cpu_quota_set(_read("/proc/self/cgroup")) else "20000")) * 1e-6
 _LOADAVG = _open_loadavg() if SPIN_S else None
 _CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
