@@ -175,3 +175,14 @@ def test_a_driver_waiting_on_a_task_polls_for_what_its_function_usually_takes():
 def test_a_cpu_quota_is_recognised(cgroups, files, limited):
     """Under a CPU quota the long predicted polls are off by default: they would spend the quota."""
     assert protocol.cpu_quota_set(cgroups, files.get) is limited
+
+
+@pytest.mark.parametrize("variable, value", [("RAYLITE_SPIN_US", "fast"), ("RAYLITE_SPIN_MAX_US", "-5"),
+                                             ("RAYLITE_SPIN_MAX_US", "nan")])
+def test_a_bad_polling_window_names_its_variable(variable, value):
+    import subprocess
+    import sys
+    env = dict(os.environ, **{variable: value})
+    out = subprocess.run([sys.executable, "-c", "import raylite.core.protocol"], env=env, capture_output=True, text=True)
+    assert out.returncode != 0
+    assert f"{variable}={value!r}: expected a number of microseconds >= 0" in out.stderr

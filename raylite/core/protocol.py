@@ -191,10 +191,21 @@ def cpu_quota_set(cgroups: str | None, read=_read) -> bool:
     return False
 
 
-SPIN_S = float(os.environ.get("RAYLITE_SPIN_US", "400")) * 1e-6
+def _seconds_from_us(variable: str, default: str) -> float:
+    text = os.environ.get(variable) or default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:   # (NaN too)
+        raise ValueError(f"{variable}={text!r}: expected a number of microseconds >= 0 (0 turns it off)")
+    return value * 1e-6
+
+
+SPIN_S = _seconds_from_us("RAYLITE_SPIN_US", "400")
 # the longer, predicted polls: off where a CPU quota applies, unless asked for
-SPIN_MAX_S = float(os.environ.get("RAYLITE_SPIN_MAX_US") or
-                   ("0" if not SPIN_S or cpu_quota_set(_read("/proc/self/cgroup")) else "20000")) * 1e-6
+SPIN_MAX_S = _seconds_from_us("RAYLITE_SPIN_MAX_US",
+                              "0" if not SPIN_S or cpu_quota_set(_read("/proc/self/cgroup")) else "20000")
 _LOADAVG = _open_loadavg() if SPIN_S else None
 _CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
