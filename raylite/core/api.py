@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import atexit
+import math
+import numbers
 import os
 import sys
 import threading
@@ -251,10 +253,20 @@ def _value(ser):
     return value
 
 
+def _timeout(timeout):
+    """get's and wait's timeout, checked before anything waits: None or infinity wait for ever."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds or None, got timeout={timeout!r}")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be a non-negative number of seconds or None, got timeout={timeout!r}")
+    return None if math.isinf(timeout) else float(timeout)
+
+
 def get(object_refs, *, timeout: float | None = None):
     """Values of one ObjectRef or a list of them, raising the task's error if it failed."""
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
-        raise ValueError(f"timeout must be a non-negative number or None, got {timeout!r}")
+    timeout = _timeout(timeout)
     single = isinstance(object_refs, ObjectRef)
     if not single:
         compiled = _compiled_results(object_refs, timeout)   # (not on the ObjectRef paths: one type check)
@@ -292,10 +304,11 @@ def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fet
     ObjectRefGenerator is ready when its next() would not block."""
     if isinstance(object_refs, (ObjectRef, ObjectRefGenerator)):
         raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef")
+    if not isinstance(object_refs, (list, tuple)):   # a TypeError, as Ray's
+        raise TypeError(f"wait() expects a list of ObjectRefs, got {type(object_refs).__name__}: {object_refs!r}")
     refs = list(object_refs)
     _check_refs([r for r in refs if not isinstance(r, ObjectRefGenerator)], "wait()")
-    if timeout is not None and timeout < 0:
-        raise ValueError(f"timeout must be non-negative, got {timeout!r}")
+    timeout = _timeout(timeout)
     if not refs:   # before the num_returns check, as in Ray
         return [], []
     if len(set(refs)) != len(refs):

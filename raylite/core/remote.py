@@ -378,6 +378,19 @@ class ActorClass:
         self._call_options = _call_options(cls)
         # an async actor runs up to 1000 calls at once unless told otherwise, as in Ray
         self._async_default = ASYNC_DEFAULT_CONCURRENCY if has_async_methods(cls) else 0
+        self.__name__, self.__qualname__ = cls.__name__, getattr(cls, "__qualname__", cls.__name__)
+        self.__module__, self.__doc__ = cls.__module__, cls.__doc__
+
+    def __getattr__(self, name: str):
+        """The class's own attributes (`C.LIMIT`, `C.some_staticmethod(...)`, `C.a_classmethod()`),
+        from the driver and from its methods alike, as Ray's actor class inherits them."""
+        cls = self.__dict__.get("_cls")
+        if cls is None or name.startswith("__"):
+            raise AttributeError(f"'ActorClass' object has no attribute {name!r}")
+        try:
+            return getattr(cls, name)
+        except AttributeError:
+            raise AttributeError(f"actor class {cls.__name__!r} has no attribute {name!r}") from None
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actors cannot be instantiated directly. Instead of '{self._name}()', "

@@ -417,7 +417,7 @@ class _Executor:
                 raise ActorExit("it was terminated by __ray_terminate__")
             if spec.method == "__ray_ready__":   # the constructor has run (a call waits for it)
                 return True
-            result = getattr(self.actor, spec.method)(*args, **kwargs)
+            result = actor_method(self.actor, spec.method)(*args, **kwargs)
         return result
 
     def pack(self, spec: TaskSpec, value) -> list:
@@ -448,6 +448,16 @@ class _Executor:
             raise ValueError(f"{spec.name} declared num_returns={n} but its generator yielded "
                              f"{'more' if len(out) > n else len(out)} values")
         return out
+
+
+def actor_method(actor, name: str):
+    """The method `name` of an actor, looked up on its class as Ray does: an instance attribute
+    of the same name (`self.value = 0` beside `def value(self)`) does not hide it."""
+    for klass in type(actor).__mro__:
+        if name in klass.__dict__:
+            attr = klass.__dict__[name]
+            return attr.__get__(actor, type(actor)) if hasattr(attr, "__get__") else attr
+    return getattr(actor, name)   # (a method __getattr__ makes)
 
 
 def _breakpoint(*args, **kwargs) -> None:

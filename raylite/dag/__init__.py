@@ -26,7 +26,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from raylite.core.remote import _METHOD_OPTIONS, ActorClass, ActorMethod, RemoteFunction, _validate
+from raylite.core.remote import _METHOD_OPTIONS, ActorClass, ActorMethod, RemoteFunction, _Options, _validate
 
 __all__ = ["ClassMethodNode", "ClassNode", "DAGInputData", "DAGNode", "FunctionNode", "InputAttributeNode",
            "InputNode", "MultiOutputNode"]
@@ -37,7 +37,7 @@ _LOOKUP_ERRORS = (IndexError, KeyError, TypeError, AttributeError)
 def bind(target, args: tuple, kwargs: dict) -> DAGNode | tuple[DAGNode, ...]:
     """``.bind(*args, **kwargs)`` of a remote function, actor class or actor method, or of their
     ``.options(...)`` (then ``target`` wraps the original as ``_target``)."""
-    original = getattr(target, "_target", target)
+    original = target._target if isinstance(target, _Options) else target
     if isinstance(original, RemoteFunction):
         return FunctionNode(target, original._name, args, kwargs)
     if isinstance(original, ActorClass):
