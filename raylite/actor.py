@@ -2,7 +2,7 @@
 the actor types (`ActorClass`, `ActorHandle`, `ActorMethod`) that Ray code names in annotations."""
 from __future__ import annotations
 
-from raylite.core import context
+from raylite.core import context, ray_backend
 from raylite.core.objects import process
 from raylite.core.remote import ActorClass, ActorHandle, ActorMethod
 
@@ -12,7 +12,7 @@ __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor"]
 def exit_actor() -> None:
     """End the calling actor for good (no restart): this call and every call queued or running
     on it fail with ActorDiedError, as in Ray."""
-    if process.ray is not None:
+    if ray_backend.active():   # (attaches first in a Ray worker that has not used raylite yet)
         import ray
         return ray.actor.exit_actor()
     if process.index == 0 or context.get_runtime_context().get_actor_id() is None:

@@ -344,6 +344,87 @@ def test_tune_spreads_trials_over_nodes(cluster, tmp_path):
         tune.run(trainable, resources_per_trial={"cpu": 2}, storage_path=str(tmp_path), name="too-big", verbose=0)
 
 
+def test_a_nested_tasks_error_keeps_the_users_class_at_any_depth(cluster):
+    @raylite.remote
+    def divide():
+        return 1 / 0
+
+    @raylite.remote
+    def middle():
+        return raylite.get(divide.remote())
+
+    @raylite.remote
+    def outer():
+        return raylite.get(middle.remote())
+
+    for ref, name in ((middle.remote(), "middle"), (outer.remote(), "outer")):
+        with pytest.raises(ZeroDivisionError) as info:
+            raylite.get(ref)
+        assert isinstance(info.value, exceptions.RayTaskError)
+        assert type(info.value.cause) is ZeroDivisionError
+        assert str(info.value).startswith(f"{name}() (pid=")
+
+
+def test_error_headers_name_the_task_and_its_pid(cluster):
+    @raylite.remote
+    def my_task():
+        raise ValueError("from my_task")
+
+    @raylite.remote
+    class Named:
+        def method(self):
+            raise KeyError("from method")
+
+    with pytest.raises(ValueError) as info:
+        raylite.get(my_task.remote())
+    assert str(info.value).startswith(f"my_task() (pid={info.value.pid}) raised:")
+    assert info.value.function_name == "my_task" and info.value.pid > 0
+    with pytest.raises(KeyError) as info:
+        raylite.get(Named.remote().method.remote())
+    assert str(info.value).startswith("Named.method() (pid=")
+
+
+def test_generator_tasks_give_rays_generator_which_raylite_takes(cluster):
+    @raylite.remote
+    def count(n):
+        for i in range(n):   # (not `yield from`: Ray's generator tasks call send() on what it delegates to)
+            yield i
+
+    @raylite.remote
+    def ticking():
+        while True:
+            yield 1
+            time.sleep(0.05)   # Ray notices the cancel at the next yield
+
+    gen = count.remote(3)
+    assert isinstance(gen, raylite.ObjectRefGenerator)
+    assert raylite.wait([gen], timeout=60) == ([gen], [])
+    assert [raylite.get(ref) for ref in gen] == [0, 1, 2]
+    endless = ticking.remote()
+    assert raylite.get(next(endless)) == 1
+    raylite.cancel(endless)
+    with pytest.raises(exceptions.TaskCancelledError):
+        raylite.get(endless.completed(), timeout=60)
+
+
+def test_exit_actor_in_a_worker_that_never_used_raylite(cluster, tmp_path):
+    from helpers import wait_until
+
+    @raylite.remote
+    class Leaving:
+        def leave(self, path):   # raylite's first use in this worker
+            import atexit
+            atexit.register(lambda: open(path, "w").close())
+            raylite.actor.exit_actor()
+
+    marker = tmp_path / "atexit-ran"
+    fresh = {"env_vars": {"RAYLITE_TEST_WORKER": tmp_path.name}}   # its own runtime env: a new worker
+    actor = Leaving.options(runtime_env=fresh).remote()
+    with pytest.raises(exceptions.ActorDiedError):
+        raylite.get(actor.leave.remote(str(marker)), timeout=120)
+    wait_until(marker.exists, timeout=30, what="the actor's atexit handler")
+
+
 def test_node_removed_mid_run_fails_its_task_typed_and_retries_elsewhere(cluster):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     doomed = cluster.add_node(num_cpus=2, resources={"doomed": 1})

@@ -80,6 +80,12 @@ def attach() -> bool:
     return True
 
 
+def active() -> bool:
+    """Whether raylite runs on Ray in this process: connected by ``init``, or inside a process Ray
+    has initialised (a Ray worker, attached to here on first use)."""
+    return process.ray is not None or (process.client is None and attach())
+
+
 def context():
     """What a repeated ``init(ignore_reinit_error=True)`` returns: Ray's own context."""
     return _ray().init(ignore_reinit_error=True)
@@ -110,19 +116,30 @@ def translate(err: BaseException) -> BaseException:
     """Ray's exception as raylite's class of the same name (nearest in its MRO)."""
     ray = _ray()
     if isinstance(err, ray.exceptions.RayTaskError):
-        # Ray's dual instance (``RayTaskError(ValueError)``) keeps only the cause and its message
-        fields = err.__dict__
-        cause = fields.get("cause")
-        text = fields.get("traceback_str") or str(err)
-        named = re.match(r"ray::([\w.<>]+)", text)
-        name = fields.get("function_name") or (named.group(1) if named else "task")
-        return exceptions.RayTaskError(name, text, cause if isinstance(cause, BaseException) else None,
-                                       fields.get("pid")).as_instanceof_cause()
+        # Ray's dual instance (``RayTaskError(ValueError)``) keeps only the cause and its message;
+        # the task's name and pid are in the message's header (``ray::my_task() (pid=1234, ...``)
+        text = str(err)
+        named = re.search(r"ray::([\w.<>]+)\(\)\S* \(pid=(\d+)", text)
+        return exceptions.RayTaskError(named.group(1) if named else "task", text, _user_cause(err),
+                                       int(named.group(2)) if named else None).as_instanceof_cause()
     for cls in type(err).__mro__:
         ours = getattr(exceptions, cls.__name__, None)
         if isinstance(ours, type) and issubclass(ours, exceptions.RayError):
             return ours(str(err))
     return err
+
+
+def _user_cause(err: BaseException) -> BaseException | None:
+    """The error the innermost task raised: a nested task's error comes wrapped once per task in
+    the chain (Ray's RayTaskError around the one raylite raised in the task above it), and only
+    the user's own exception is kept, so ``except ZeroDivisionError`` catches it at any depth."""
+    ray = _ray()
+    cause = err
+    while isinstance(cause, (ray.exceptions.RayTaskError, exceptions.RayTaskError)):
+        cause = cause.__dict__.get("cause")
+    if isinstance(cause, ray.exceptions.RayError):
+        return translate(cause)
+    return cause if isinstance(cause, BaseException) else None
 
 
 class _Translated:
@@ -203,9 +220,9 @@ def get_node_ip_address() -> str:
 
 
 def counterpart(cls: type) -> type:
-    """Ray's class for raylite's ObjectRef / ActorHandle (for isinstance)."""
+    """Ray's class for raylite's ObjectRef, ObjectRefGenerator or ActorHandle (for isinstance)."""
     ray = _ray()
-    return ray.ObjectRef if cls.__name__ == "ObjectRef" else ray.actor.ActorHandle
+    return ray.actor.ActorHandle if cls.__name__ == "ActorHandle" else getattr(ray, cls.__name__)
 
 
 def submit(target, wrapped, args: tuple, kwargs: dict, options: dict):

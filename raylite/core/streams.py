@@ -13,7 +13,7 @@ ref, and lets go of the rest when the generator (its completion ref) is dropped.
 """
 from __future__ import annotations
 
-from raylite.core.objects import ObjectRef, process
+from raylite.core.objects import BackendType, ObjectRef, process
 
 MODES = ("streaming", "dynamic")
 _ITEM_TAG = 1 << 100       # above every id next_id() makes
@@ -69,7 +69,7 @@ class Stream:
         return due
 
 
-class ObjectRefGenerator:
+class ObjectRefGenerator(metaclass=BackendType):
     """What `.remote()` returns for a streaming generator: iterate it (or `async for`) for refs."""
 
     def __init__(self, completion: ObjectRef):

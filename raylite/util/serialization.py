@@ -1,15 +1,14 @@
 """`ray.util.register_serializer` / `deregister_serializer`: custom pickling for one class."""
 from __future__ import annotations
 
-from raylite.core import serialization
-from raylite.core.objects import process
+from raylite.core import ray_backend, serialization
 
 
 def register_serializer(cls: type, *, serializer, deserializer) -> None:
     """Serialize instances of `cls` (exactly that class) as `serializer(obj)`, rebuilt with
     `deserializer(...)`, which travels with the data. Applies to what this process sends (the
     driver, or the task or actor that calls it), as in Ray."""
-    if process.ray is not None:
+    if ray_backend.active():
         import ray.util
         return ray.util.register_serializer(cls, serializer=serializer, deserializer=deserializer)
     serialization.register_serializer(cls, serializer=serializer, deserializer=deserializer)
@@ -17,7 +16,7 @@ def register_serializer(cls: type, *, serializer, deserializer) -> None:
 
 def deregister_serializer(cls: type) -> None:
     """Back to plain pickling for `cls`; nothing happens if none was registered."""
-    if process.ray is not None:
+    if ray_backend.active():
         import ray.util
         return ray.util.deregister_serializer(cls)
     serialization.deregister_serializer(cls)
