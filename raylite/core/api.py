@@ -17,6 +17,7 @@ from raylite.core.streams import ObjectRefGenerator
 
 _lock = threading.RLock()
 _node = None
+_endpoint = None   # the node's control endpoint (raylite.core.control)
 NODE_IP = "127.0.0.1"
 
 
@@ -59,7 +60,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
     or, given an address, ``backend="ray"`` or ``RAY_ADDRESS``, connect to a Ray cluster instead.
 
     ``_zygote``: one raylite.init() started ahead; it is closed here unless the runtime adopts it."""
-    global _node
+    global _node, _endpoint
     zygote = _zygote
     try:
         if address is not None and not isinstance(address, str):   # init(4) meaning num_cpus=4
@@ -83,8 +84,10 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                     _system_config=_system_config, _memory=_memory,
                     **({"logging_config": logging_config} if logging_config is not None else {}),
                     **({"labels": labels} if labels is not None else {}))
+            from raylite.core import control
             from raylite.core import runtime_env as runtime_envs
             from raylite.core.zygote import Zygote
+            control_on = control.enabled()
             job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
             from raylite.core.labels import ACCELERATOR_TYPE_KEY, node_labels as labels_of_node
             node_id = os.urandom(14).hex()
@@ -129,6 +132,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 raise
             process.client = DriverClient(_node)
             process.index = 0
+            _endpoint = control.start(_node) if control_on else None
             context.set_process(job_id="01000000", node_id=node_id, worker_id=0, namespace=namespace,
                                 labels=node_labels)
             if logging_config is not None:
@@ -212,13 +216,16 @@ def is_initialized() -> bool:
 def shutdown(_exiting_interpreter: bool = False) -> None:
     """Stop every worker, free shared memory, and forget all objects (on the Ray backend:
     disconnect from the cluster)."""
-    global _node
+    global _node, _endpoint
     with _lock:
         if process.ray is not None:
             process.ray.shutdown(_exiting_interpreter)
         node, _node = _node, None
         if node is None:
             return
+        endpoint, _endpoint = _endpoint, None
+        if endpoint is not None:
+            endpoint.close()
         process.client = None
         node.shutdown()
 

@@ -6,11 +6,13 @@ import os
 import selectors
 import sys
 import time
+from collections import deque
 
 from raylite.core import log_dedup
 from raylite.core.workers import WorkerProc
 
 MAX_PARTIAL_LINE = 1 << 16   # worker output without a newline is printed once this long
+RECENT_LINES = 2000          # worker output lines the control endpoint can show (raylite.core.control)
 
 
 def _last_drawing(line: bytes) -> bytes:
@@ -20,6 +22,26 @@ def _last_drawing(line: bytes) -> bytes:
         return line
     line = line.rstrip(b"\r")
     return line[line.rfind(b"\r") + 1:]
+
+
+class RecentOutput:
+    """The last RECENT_LINES lines workers wrote, for `raylite logs` and the dashboard: (time, pid,
+    name, stream, bytes) each; line number ``total - 1`` is the newest. Written by the node thread;
+    read under the node lock."""
+
+    def __init__(self):
+        self.lines: deque = deque(maxlen=RECENT_LINES)
+        self.total = 0
+
+    def add(self, w: WorkerProc, stream: str, lines: list[bytes]) -> None:
+        now = time.time()
+        self.lines.extend((now, w.pid, w.name, stream, line) for line in lines)
+        self.total += len(lines)
+
+    def since(self, seq: int) -> tuple[list, int]:
+        """(entries numbered seq and after that are still kept, the next number)."""
+        first = self.total - len(self.lines)
+        return list(self.lines)[max(0, seq - first):], self.total
 
 
 class _DedupTimer:
@@ -42,6 +64,7 @@ class WorkerOutput:
         dedup = log_dedup.from_environment()   # (Ray's RAY_DEDUP_LOGS variables)
         self.dedup = None if dedup is None else {"stdout": dedup, "stderr": log_dedup.from_environment()}
         self._dedup_timer: _DedupTimer | None = None
+        self.recent_output = RecentOutput()
 
     def _on_output(self, w: WorkerProc, fd: int, stream: str) -> None:
         if fd not in (w.out_fd, w.err_fd):   # closed already (a stale event): the number may be reused
@@ -84,6 +107,7 @@ class WorkerOutput:
             self._emit(w, stream, lines)
 
     def _emit(self, w: WorkerProc, stream: str, lines: list[bytes]) -> None:
+        self.recent_output.add(w, stream, lines)
         if self.log_dir is not None:
             self._to_log_file(w, stream, lines)
         else:

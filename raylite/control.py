@@ -1,0 +1,12 @@
+"""The control endpoint's public side (raylite.core.control has the server).
+
+For other processes: ``list_sessions()`` and ``find_session(id_or_pid=None)`` find the running
+drivers on this machine (this user's), and ``Session.request(op, **args)`` asks one; the
+``raylite`` CLI (raylite.cli) is built on these. For upper layers in the driver:
+``register_panel(kind, source)`` publishes a live view of some work (Tune and Train publish theirs)
+to the CLI and the dashboard, and ``unregister_panel(handle)`` ends it.
+"""
+from raylite.core.control import register_panel, unregister_panel
+from raylite.core.sessions import Session, SessionError, find_session, list_sessions
+
+__all__ = ["Session", "SessionError", "find_session", "list_sessions", "register_panel", "unregister_panel"]
