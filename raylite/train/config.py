@@ -3,6 +3,7 @@ FailureConfig, BackendConfig and TorchConfig."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,18 @@ def local_storage_path(path: str | os.PathLike) -> str:
         return rest
     raise ValueError(f"storage_path={path!r}: raylite stores results on the local filesystem only; pass a local "
                      f"directory or a file:// URI (for cloud storage, sync that directory yourself)")
+
+
+def check_name(name, what: str = "RunConfig.name") -> None:
+    """A run's or experiment's name is one directory under storage_path: no path separator, no ``..``
+    (``name="../../x"`` would write outside storage_path)."""
+    if name is None:
+        return
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a str (one directory name under storage_path), got {name!r}")
+    if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise ValueError(f"{what}={name!r} must be one directory name under storage_path, without '/', '\\' "
+                         f"or '..' (results would be written outside storage_path)")
 
 
 @dataclass
@@ -68,12 +81,12 @@ class ScalingConfig:
             raise ValueError(f"accelerator_type must be a non-empty str such as 'A100', got {self.accelerator_type!r}")
         if self.use_gpu not in (True, False, "auto"):
             raise ValueError(f"use_gpu must be True, False or 'auto', got {self.use_gpu!r}")
+        for field in ("resources_per_worker", "trainer_resources"):
+            check_resources(getattr(self, field), f"ScalingConfig.{field}")
+        if self.placement_strategy not in PLACEMENT_STRATEGIES:
+            raise ValueError(f"ScalingConfig.placement_strategy must be one of {', '.join(PLACEMENT_STRATEGIES)}, "
+                             f"got {self.placement_strategy!r}")
         if self.resources_per_worker is not None:
-            if not isinstance(self.resources_per_worker, dict):
-                raise TypeError("resources_per_worker must be a dict such as {'CPU': 1, 'GPU': 1}")
-            for key, value in self.resources_per_worker.items():
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                    raise ValueError(f"resources_per_worker[{key!r}] must be a number >= 0, got {value!r}")
             if self.resources_per_worker.get("GPU", 0) > 0 and self.use_gpu is False:
                 raise ValueError("use_gpu is False but GPU was found in resources_per_worker. Either set "
                                  "use_gpu to True (or 'auto') or remove GPU from resources_per_worker.")
@@ -90,6 +103,31 @@ class ScalingConfig:
         elif num_gpus <= 0:
             raise ValueError("use_gpu=True but resources_per_worker asks for 'GPU': 0")
         return {"num_cpus": num_cpus, "num_gpus": num_gpus, "resources": res}
+
+
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+RESOURCE_GRID = 1e-4   # raylite counts resources in units of 1e-4
+
+
+def check_resources(resources, what: str) -> None:
+    """A dict of resource name -> amount: finite numbers >= 0 on raylite's grid of 1e-4."""
+    if resources is None:
+        return
+    if not isinstance(resources, dict):
+        raise TypeError(f"{what} must be a dict such as {{'CPU': 1, 'GPU': 1}}, got {resources!r}")
+    for key, value in resources.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{what}: resource names must be strings, got {key!r}")
+        if not _is_number(value) or not 0 <= value < math.inf:
+            raise ValueError(f"{what}[{key!r}] must be a number >= 0, got {value!r}")
+        scaled = value / RESOURCE_GRID
+        if not math.isclose(scaled, round(scaled), rel_tol=1e-12, abs_tol=1e-9):
+            raise ValueError(f"{what}[{key!r}]={value!r} is finer than raylite's resource precision of 0.0001: "
+                             f"round it to 4 decimals (e.g. {math.floor(scaled) * RESOURCE_GRID:.4f})")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
 def _is_search_space(value) -> bool:
@@ -124,10 +162,19 @@ class CheckpointConfig:
                                  f"with report(..., checkpoint=...) in the loop instead (e.g. every N iterations)")
 
     def __post_init__(self):
-        if self.num_to_keep is not None and (not isinstance(self.num_to_keep, int) or self.num_to_keep < 1):
+        if self.num_to_keep is not None and (not isinstance(self.num_to_keep, int) or isinstance(self.num_to_keep, bool)
+                                             or self.num_to_keep < 1):
             raise ValueError(f"num_to_keep must be None or an integer >= 1, got {self.num_to_keep!r}")
+        if self.checkpoint_score_attribute is not None and not isinstance(self.checkpoint_score_attribute, str):
+            raise TypeError(f"checkpoint_score_attribute must be a metric name (str) or None, "
+                            f"got {self.checkpoint_score_attribute!r}")
         if self.checkpoint_score_order not in ("max", "min"):
             raise ValueError(f"checkpoint_score_order must be 'max' or 'min', got {self.checkpoint_score_order!r}")
+        if not isinstance(self.checkpoint_frequency, int) or isinstance(self.checkpoint_frequency, bool) \
+                or self.checkpoint_frequency < 0:
+            raise ValueError(f"checkpoint_frequency must be an integer >= 0, got {self.checkpoint_frequency!r}")
+        if self.checkpoint_at_end not in (None, True, False):
+            raise ValueError(f"checkpoint_at_end must be True, False or None, got {self.checkpoint_at_end!r}")
 
 
 CheckpointStrategy = CheckpointConfig   # Ray Train 1.x name
@@ -177,8 +224,20 @@ class RunConfig:
     stop: Any = None
 
     def __post_init__(self):
+        check_name(self.name)
         if self.storage_path is not None:
+            if not isinstance(self.storage_path, (str, os.PathLike)):
+                raise TypeError(f"RunConfig.storage_path must be a directory path (str), got {self.storage_path!r}")
             self.storage_path = local_storage_path(self.storage_path)
+        for field, cls in (("checkpoint_config", CheckpointConfig), ("failure_config", FailureConfig)):
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, cls):
+                raise TypeError(f"RunConfig.{field} must be a tune.{cls.__name__} (the same as train.{cls.__name__}), "
+                                f"got {type(value).__name__} {value!r}")
+        if self.callbacks is not None and not isinstance(self.callbacks, (list, tuple)):
+            raise TypeError(f"RunConfig.callbacks must be a list of callbacks, got {self.callbacks!r}")
+        if not isinstance(self.verbose, int) or isinstance(self.verbose, bool) or self.verbose not in (0, 1, 2, 3):
+            raise ValueError(f"RunConfig.verbose must be 0, 1, 2 or 3, got {self.verbose!r}")
 
 
 @dataclass
@@ -201,6 +260,8 @@ class TorchConfig(BackendConfig):
             raise ValueError(f"TorchConfig.backend must be None, 'gloo' or 'nccl', got {self.backend!r}")
         if self.init_method != "env":
             raise ValueError("TorchConfig.init_method: only 'env' (MASTER_ADDR/MASTER_PORT) is supported")
+        if not _is_number(self.timeout_s) or not 0 < self.timeout_s < math.inf:
+            raise ValueError(f"TorchConfig.timeout_s must be a positive number of seconds, got {self.timeout_s!r}")
 
 
 def backend_config_from(backend) -> BackendConfig:

@@ -12,9 +12,11 @@ import time
 import raylite as ray
 from raylite import exceptions
 from raylite.train import session
+from raylite.train._validate import check_loop_config, check_trainer_arguments
 from raylite.train.checkpoint import Checkpoint
-from raylite.train.config import (ACCELERATOR_TYPE_PREFIX, BackendConfig, CheckpointConfig, FailureConfig, RunConfig,
+from raylite.train.config import (BackendConfig, CheckpointConfig, FailureConfig, RunConfig,
                                   ScalingConfig, TorchConfig, backend_config_from, default_storage_path)
+from raylite.train._placement import check_fits, resolve_use_gpu
 from raylite.train.result import Result, RunRecorder
 from raylite.train.session import SessionInfo
 from raylite.train.worker_group import ReporterActor, WorkerGroup, is_death, takes_config
@@ -23,7 +25,6 @@ logger = logging.getLogger("raylite.train")
 
 POLL_S = 0.2            # how often the driver drains reports while workers run
 DEATH_GRACE_S = 2.0     # after a worker's error, how long to look for a peer's death behind it
-AUTO_GPU_PROBE_TIMEOUT_S = 30.0
 RESTORE_DEPRECATION = ("The `restore` and `can_restore` APIs are deprecated and will be removed in a future release. "
                        "See this issue for more context and migration options: "
                        "https://github.com/ray-project/ray/issues/49454. To resume a run, run the trainer again "
@@ -69,72 +70,6 @@ class _ReporterDied(Exception):
     def __init__(self, error: BaseException):
         super().__init__(f"the reporter actor died: {error}")
         self.error = error
-
-
-def _cuda_usable() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available() and torch.cuda.device_count() > 0)
-
-
-def _probe_gpus(num_gpus: float, num_cpus: float) -> bool | None:
-    """Ask raylite.util.probe_gpu_resources (when present) whether a worker can get a GPU."""
-    try:
-        from raylite.util import probe_gpu_resources
-    except ImportError:
-        return None
-    try:
-        kwargs = probe_gpu_resources(timeout=AUTO_GPU_PROBE_TIMEOUT_S, num_gpus=num_gpus, num_cpus=num_cpus)
-    except TypeError:   # another signature than expected: decide without it
-        return None
-    return bool(kwargs.get("num_gpus"))
-
-
-def resolve_use_gpu(use_gpu, num_workers: int, gpus_per_worker: float, cpus_per_worker: float,
-                    torch: bool = True) -> bool:
-    """True/False for the workers; a clear error when use_gpu=True cannot be honoured. ``torch``:
-    the workers will run CUDA through torch, so torch must see a GPU too (not only the runtime)."""
-    if use_gpu is False:
-        return False
-    need = num_workers * gpus_per_worker
-    have = ray.cluster_resources().get("GPU", 0)
-    if use_gpu == "auto":
-        if have < need:
-            logger.info("raylite.train: use_gpu='auto' -> CPU workers (%s GPUs needed, the runtime has %s)",
-                        need, have)
-            return False
-        if _probe_gpus(gpus_per_worker, cpus_per_worker) is False or (torch and not _cuda_usable()):
-            logger.info("raylite.train: use_gpu='auto' -> CPU workers (no usable CUDA GPU)")
-            return False
-        return True
-    if have < need:
-        raise RuntimeError(f"use_gpu=True needs {need:g} GPU(s) ({num_workers} worker(s) x {gpus_per_worker:g}) "
-                           f"but the runtime has {have:g}. Pass use_gpu='auto' to fall back to CPU workers "
-                           f"when no GPU is usable, or fewer workers.")
-    if torch and not _cuda_usable():
-        raise RuntimeError(f"use_gpu=True but no usable CUDA GPU: the runtime advertises {have:g} GPU(s), "
-                           f"yet torch.cuda.is_available() is False here (a logical GPU from "
-                           f"init(num_gpus=...) cannot run NCCL). Pass use_gpu='auto' to fall back to CPU "
-                           f"workers when no GPU is usable.")
-    return True
-
-
-def _check_fits(num_workers: int, request: dict) -> None:
-    """Workers that can never all be placed at once would wait forever: fail now."""
-    total = ray.cluster_resources()
-    asks = {"CPU": request["num_cpus"], "GPU": request["num_gpus"], **request["resources"]}
-    for name, each in asks.items():
-        if name.startswith(ACCELERATOR_TYPE_PREFIX) and name not in total:
-            types = sorted(k[len(ACCELERATOR_TYPE_PREFIX):] for k in total if k.startswith(ACCELERATOR_TYPE_PREFIX))
-            raise ValueError(f"ScalingConfig(accelerator_type={name[len(ACCELERATOR_TYPE_PREFIX):]!r}): the runtime "
-                             f"has no such accelerator (its accelerator types: {types or 'none'}), so the workers "
-                             f"could never be placed; drop accelerator_type or pass one of those")
-        if each and num_workers * each > total.get(name, 0) + 1e-9:
-            raise ValueError(f"{num_workers} workers x {each:g} {name} = {num_workers * each:g} {name}, but the "
-                             f"runtime has {total.get(name, 0):g} {name} in total; use fewer workers or less "
-                             f"per worker (resources_per_worker), or init() with more")
 
 
 def _annotate(err: BaseException, rank: int, world_size: int, fn_name: str) -> BaseException:
@@ -209,7 +144,7 @@ class Trainer:
             self.use_gpu = resolve_use_gpu(sc.use_gpu, sc.num_workers, asked["num_gpus"] or 1, asked["num_cpus"],
                                            torch=isinstance(self._backend_config, TorchConfig))
         request = sc.worker_request(self.use_gpu)
-        _check_fits(sc.num_workers, request)
+        check_fits(sc.num_workers, request)
         return request
 
     def shutdown(self) -> None:
@@ -268,6 +203,7 @@ class Trainer:
                  experiment_name: str | None = None, resume: bool = False) -> tuple[list, Result]:
         if not callable(train_func):
             raise TypeError(f"train_func must be callable, got {type(train_func).__name__}")
+        check_loop_config(config, "config")
         if config and not takes_config(train_func):
             raise TypeError(f"{getattr(train_func, '__name__', 'train_func')} takes no arguments, but a config "
                             f"was given; define it as train_func(config)")
@@ -416,6 +352,7 @@ class DataParallelTrainer:
                  datasets: dict | None = None, dataset_config=None, metadata: dict | None = None):
         if not callable(train_loop_per_worker):
             raise TypeError("train_loop_per_worker must be callable")
+        check_trainer_arguments(train_loop_config, backend_config, scaling_config, run_config, resume_from_checkpoint)
         if datasets:
             raise NotImplementedError("datasets= (Ray Data) is not supported by raylite.train; load or pass the "
                                       "data inside train_loop_per_worker (e.g. through train_loop_config)")
@@ -494,6 +431,8 @@ class TorchTrainer(DataParallelTrainer):
                  torch_config: TorchConfig | None = None, scaling_config: ScalingConfig | None = None,
                  run_config: RunConfig | None = None, resume_from_checkpoint: Checkpoint | None = None,
                  datasets: dict | None = None, dataset_config=None, metadata: dict | None = None):
+        if torch_config is not None and not isinstance(torch_config, TorchConfig):
+            raise ValueError(f"torch_config must be a raylite.train.torch.TorchConfig, got {torch_config!r}")
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
                          backend_config=torch_config or TorchConfig(), scaling_config=scaling_config,
                          run_config=run_config, resume_from_checkpoint=resume_from_checkpoint, datasets=datasets)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from raylite.train.config import CheckpointConfig
+from raylite.train.config import CheckpointConfig, check_name
+from raylite.tune import _validate
 from raylite.tune.analysis import ExperimentAnalysis
 from raylite.train.config import check_fail_fast
 from raylite.tune.search import BasicVariantGenerator, Searcher, unwrap_limiter
@@ -65,6 +66,11 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     from raylite.tune.tuner import split_resources
     trainable, resources_per_trial = split_resources(trainable, resources_per_trial)
     _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures, stop)
+    _validate.check_stop(stop)
+    _validate.check_verbose(verbose)
+    _validate.check_resource_grid(resources_per_trial)
+    time_budget_s = _validate.time_budget(time_budget_s)
+    check_name(name, "name")
     if checkpoint_config is not None and not isinstance(checkpoint_config, CheckpointConfig):
         raise TypeError(f"checkpoint_config must be a tune.CheckpointConfig, got {type(checkpoint_config).__name__}")
     if checkpoint_config is not None:

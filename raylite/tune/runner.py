@@ -264,8 +264,11 @@ class TrialRunner:
             self._loop()
             if self.fail_error is not None:
                 raise self.fail_error
+        except KeyboardInterrupt:
+            outcome = "interrupted"   # resumable as it is: the cleanup says how
+            raise
         except BaseException:
-            outcome = "interrupted"
+            outcome = "failed"   # an error (the trainable's results, a callback): resuming would repeat it
             raise
         finally:
             self._cleanup(outcome)
