@@ -74,5 +74,6 @@ def check_fits(num_workers: int, request: dict) -> None:
                              f"could never be placed; drop accelerator_type or pass one of those")
         if each and num_workers * each > total.get(name, 0) + 1e-9:
             raise ValueError(f"{num_workers} workers x {each:g} {name} = {num_workers * each:g} {name}, but the "
-                             f"runtime has {total.get(name, 0):g} {name} in total; use fewer workers or less "
-                             f"per worker (resources_per_worker), or init() with more")
+                             f"runtime has {total.get(name, 0):g} {name} in total, so they could never all be "
+                             f"placed; use fewer workers (num_workers) or less per worker (resources_per_worker), "
+                             f"or init() with more")
