@@ -306,7 +306,7 @@ def test_bad_actor_name_or_namespace_is_a_clear_error(ray_start):
     Counter = _counter_class()
     with pytest.raises(ValueError, match="name must be a non-empty string.*name=''"):
         Counter.options(name="").remote()
-    with pytest.raises(ValueError, match="namespace=3"):
+    with pytest.raises(TypeError, match="namespace=3"):
         Counter.options(name="x", namespace=3).remote()
     with pytest.raises(ValueError, match="non-empty actor name"):
         ray.get_actor("")

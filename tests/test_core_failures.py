@@ -856,5 +856,5 @@ def test_retry_exceptions_retries_the_task_on_its_exceptions(ray_start, tmp_path
     with pytest.raises(ValueError, match="attempt 0"):   # off by default, as in Ray
         run({}, 5, ValueError)
     assert attempts == [3, 2, 2, 1, 2, 1]
-    with pytest.raises(ValueError, match="retry_exceptions"):
+    with pytest.raises(TypeError, match="retry_exceptions"):
         attempt.options(retry_exceptions="yes")

@@ -189,7 +189,7 @@ def test_bad_num_returns_and_non_generators_are_clear_errors(ray_start):
     def plain():
         return 1
 
-    with pytest.raises(ValueError, match="num_returns"):
+    with pytest.raises(TypeError, match="num_returns"):
         ray.remote(num_returns="bogus")(plain)
     with pytest.raises(TypeError, match="not a generator"):
         ray.get(next(ray.remote(num_returns="streaming")(plain).remote()))

@@ -136,7 +136,7 @@ def test_init_in_a_fresh_driver_starts_the_zygote_early_and_cleans_up_after_erro
     result = json.loads(out.stdout)
     assert result["lazy"] == []
     assert "definitely_bogus" in result["errors"][0] and result["errors"][0].startswith("TypeError")
-    assert result["errors"][1] == "ValueError: num_cpus must be a number, got 'x'"
+    assert result["errors"][1] == "TypeError: num_cpus must be a number, got num_cpus='x' (str)"
     assert result["children_after_error"] == [[], []]
     assert "address=4" in result["positional_number"] and "num_cpus=" in result["positional_number"]
     assert result["task"] == 42

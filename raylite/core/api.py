@@ -92,8 +92,10 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             from raylite.core.labels import ACCELERATOR_TYPE_KEY, node_labels as labels_of_node
             node_id = os.urandom(14).hex()
             node_labels = labels_of_node(node_id, labels)   # (checked before anything starts)
-            if namespace is not None and (not isinstance(namespace, str) or not namespace):
-                raise ValueError(f"namespace must be a non-empty string (or None), got namespace={namespace!r}")
+            if namespace is not None and not isinstance(namespace, str):   # the types Ray raises
+                raise TypeError(f"namespace must be a string (or None), got namespace={namespace!r}")
+            if namespace == "":
+                raise ValueError("namespace must be a non-empty string (or None), got namespace=''")
             if logging_config is None and os.environ.get("RAY_LOGGING_CONFIG_ENCODING"):   # Ray's other way
                 from raylite.core.logging_config import LoggingConfig
                 logging_config = LoggingConfig(encoding=os.environ["RAY_LOGGING_CONFIG_ENCODING"])
@@ -183,9 +185,15 @@ def _accelerator_part(resources: dict | None) -> dict | None:
 def _node_totals(num_cpus, num_gpus, resources, object_store_memory) -> dict[str, int]:
     from raylite.core.resources import ACCELERATOR_RESOURCES
     from raylite.core import machine
+    if resources is not None and not isinstance(resources, dict):
+        raise TypeError(f"init(): resources must be a dict of resource names to amounts, got "
+                        f"resources={resources!r} ({type(resources).__name__})")
     cpus = num_cpus if num_cpus is not None else machine.cpu_count()   # a container's, not the host's
     memory = machine.memory_available()
     store = object_store_memory if object_store_memory is not None else int(memory * 0.3)
+    if to_fixed(store, "object_store_memory") > to_fixed(memory, "memory"):   # as Ray refuses it
+        raise ValueError(f"init(): object_store_memory={object_store_memory!r} ({store / 2**30:.1f} GiB) is more "
+                         f"than this machine has available ({memory / 2**30:.1f} GiB of memory)")
     totals = {"CPU": to_fixed(cpus, "num_cpus"),
               "memory": to_fixed(int(memory * 0.7), "memory"),
               "object_store_memory": to_fixed(store, "object_store_memory"),

@@ -92,6 +92,10 @@ def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "",
         return ray_util.placement_group(bundles, strategy=strategy, name=name, lifetime=lifetime, **ray_only)
     if strategy not in STRATEGIES:
         raise ValueError(f"placement_group: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if lifetime not in (None, "detached"):
+        raise ValueError(f"placement_group: lifetime must be None or 'detached', got lifetime={lifetime!r}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"placement_group: name must be a string, got name={name!r} ({type(name).__name__})")
     if not isinstance(bundles, (list, tuple)) or not bundles:
         raise ValueError(f"placement_group: bundles must be a non-empty list of dicts, got {bundles!r}")
     units = [_bundle_units(i, b) for i, b in enumerate(bundles)]

@@ -8,71 +8,14 @@ from raylite import exceptions
 from raylite.core import context, objects, ray_backend, runtime_env, serialization, signatures, streams
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import TaskSpec
+from raylite.core.options import ACTOR_OPTIONS, TASK_OPTIONS, check as _check_options
+from raylite.core.options import METHOD_OPTIONS as _METHOD_OPTIONS, retry_on as _retry_on
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
 _PLACEMENT_KEYS = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
                    "placement_group_capture_child_tasks"}   # see _placement and _unschedulable
-_SCHEDULING_KEYS = _PLACEMENT_KEYS | {"label_selector"}
-_IGNORED_KEYS = {"object_store_memory", "_metadata", "enable_task_events", "_labels"}
-TASK_OPTIONS = _RESOURCE_KEYS | _SCHEDULING_KEYS | _IGNORED_KEYS | {
-    "runtime_env", "max_calls", "max_retries", "retry_exceptions", "num_returns", "name"}
-ACTOR_OPTIONS = _RESOURCE_KEYS | _SCHEDULING_KEYS | _IGNORED_KEYS | {
-    "runtime_env", "max_restarts", "max_task_retries", "max_concurrency", "name", "namespace", "lifetime",
-    "get_if_exists", "max_pending_calls", "concurrency_groups", "allow_out_of_order_execution"}
-
-
-def _check_int(options: dict, key: str, minimum: int) -> None:
-    value = options.get(key)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
-        raise ValueError(f"{key} must be an integer >= {minimum}, got {value!r}")
-
-
-def _validate(options: dict, allowed: set, what: str) -> dict:
-    for key in options:
-        if key not in allowed:
-            raise ValueError(f"Invalid option keyword {key!r} for {what}; valid options: {sorted(allowed)}")
-    for key, minimum in (("max_calls", 0), ("max_concurrency", 1), ("max_pending_calls", -1)):
-        _check_int(options, key, minimum)
-    if options.get("lifetime") not in (None, "detached", "non_detached"):
-        raise ValueError(f"lifetime must be 'detached', 'non_detached' or None, got lifetime={options['lifetime']!r}")
-    for key in ("name", "namespace"):
-        value = options.get(key)
-        if value is not None and (not isinstance(value, str) or not value):
-            raise ValueError(f"{key} must be a non-empty string (or None), got {key}={value!r}")
-    if options.get("num_returns") not in streams.MODES:
-        _check_int(options, "num_returns", 0)
-    for key in ("max_retries", "max_restarts", "max_task_retries"):
-        _check_int(options, key, -1)
-    if "retry_exceptions" in options:
-        _retry_on(options["retry_exceptions"])
-    if options.get("label_selector") is not None:
-        from raylite.core import labels   # (only where labels are used: workers stay small)
-        labels.selector(options["label_selector"])
-    if options.get("runtime_env") is not None:   # checked here; applied (and cached) at .remote()
-        runtime_env.normalize(options["runtime_env"], what)
-    strategy = options.get("scheduling_strategy")
-    if isinstance(strategy, str) and strategy not in ("DEFAULT", "SPREAD"):
-        raise ValueError(f"scheduling_strategy must be 'DEFAULT', 'SPREAD' or a strategy object "
-                         f"(ray.util.scheduling_strategies), got {strategy!r}")
-    groups = options.get("concurrency_groups")
-    if groups is not None and not (isinstance(groups, dict) and all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
-            for k, v in groups.items())):
-        raise ValueError(f"concurrency_groups must map group names to integers >= 1, got {groups!r}")
-    return options
-
-
-def _retry_on(value) -> bool | tuple[str, ...]:
-    """retry_exceptions as a spec carries it: True, False, or "module.Name" type names (the worker
-    matches a raised exception's class and bases against them; names travel where classes may not,
-    and not qualified ones: a class defined in a function arrives with its bare name as qualname)."""
-    if isinstance(value, bool):
-        return value
-    if (isinstance(value, (list, tuple)) and value
-            and all(isinstance(t, type) and issubclass(t, BaseException) for t in value)):
-        return tuple(f"{t.__module__}.{t.__name__}" for t in value)
-    raise ValueError(f"retry_exceptions must be True, False or a list of exception types, got {value!r}")
+_validate = _check_options   # (raylite.core.options: the option table, checked as Ray checks it)
 
 
 def _placement(options: dict):
@@ -303,19 +246,15 @@ class RemoteFunction:
         return _refs(spec)
 
 
-_METHOD_OPTIONS = {"num_returns", "name", "max_task_retries", "retry_exceptions", "concurrency_group",
-                   "enable_task_events"}
-
-
 def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None, **options):
     """`@ray.method(num_returns=N)` on actor methods (or "streaming" / "dynamic" for generators),
     `concurrency_group="name"` (the group of the actor's concurrency_groups it runs in), and
     `max_task_retries=` / `retry_exceptions=` (the call runs again on those exceptions)."""
-    _validate(options, _METHOD_OPTIONS, "@ray.method")
+    _validate({**options, "num_returns": num_returns, "concurrency_group": concurrency_group}, _METHOD_OPTIONS,
+              "@ray.method")
 
     def decorate(fn):
         if num_returns is not None:
-            _validate({"num_returns": num_returns}, {"num_returns"}, "actor methods")
             fn.__ray_num_returns__ = num_returns
         if concurrency_group is not None:
             fn.__ray_concurrency_group__ = concurrency_group

@@ -42,8 +42,8 @@ def to_fixed(value: object, field: str) -> int:
     silently rounded, because a request the user did not write is worse than a
     clear message.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{field} must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):   # a TypeError, as in Ray
+        raise TypeError(f"{field} must be a number, got {field}={value!r} ({type(value).__name__})")
     if isinstance(value, numbers.Integral):
         units = int(value) * SCALE
     else:
