@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import raylite as ray
+from raylite.core.segment_pool import SegmentPool
 
 N = 300_000  # 2.4 MB of float64: above the 1 MB shared-memory threshold
 
@@ -203,7 +204,7 @@ def test_pooled_segments_nobody_reuses_are_removed(ray2, monkeypatch):
     """Each large task result is a new segment; freed, it is pooled for a later put. Results
     that no put reuses must not pile up in /dev/shm until shutdown."""
     from raylite.core import segments
-    monkeypatch.setattr(segments.SegmentPool, "IDLE_S", 0.3)
+    monkeypatch.setattr(SegmentPool, "IDLE_S", 0.3)
 
     @ray.remote
     def make(i):
@@ -224,7 +225,7 @@ def test_a_segment_the_driver_frees_is_removed_when_unused(ray2, monkeypatch):
     """The driver's own release (a dropped put) pools the segment in the caller's thread: the
     node thread, asleep, must still wake to remove it once it has not been reused."""
     from raylite.core import segments
-    monkeypatch.setattr(segments.SegmentPool, "IDLE_S", 0.3)
+    monkeypatch.setattr(SegmentPool, "IDLE_S", 0.3)
     before = _session_segments()
     ref = ray.put(np.ones(N))
     assert _session_segments() - before

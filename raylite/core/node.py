@@ -29,6 +29,7 @@ from raylite.core.reader import ProducerReading
 from raylite.core.protocol import Channel, TaskSpec, spec_to_wire
 from raylite.core.serialization import Serialized, error_value
 from raylite.core.resources import SCALE, NodeResources, from_fixed
+from raylite.core.segment_pool import SegmentPool
 from raylite.core.workers import Actor, Waiter, WorkerProc
 from raylite.core.zygote import Zygote
 
@@ -114,7 +115,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         self.labels = labels or {"ray.io/node-id": node_id}   # (raylite.core.labels)
         self.shm_prefix = segments.session_prefix(session)
         store = totals.get("object_store_memory", 0) // SCALE
-        self.pool = segments.pool = segments.SegmentPool(min(store // 4, 4 << 30))
+        self.pool = segments.pool = SegmentPool(min(store // 4, 4 << 30))
         self.sel = selectors.DefaultSelector()
         self.commands: deque = deque()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -808,6 +809,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 w.actor.error = w.actor.error or OOM_KILLED
         if not w.retiring and not self.stopping:
             self._owner_died(w)
+            if w.pid is not None:   # killed while it wrote a large value: what it wrote is no object
+                segments.remove_unfinished(self.shm_prefix, w.pid)
         if w.index not in self.readers:   # else a thread has it on loan (raylite.core.reader)
             self.sel.unregister(w.chan.sock)
         w.chan.close()

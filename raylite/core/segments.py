@@ -18,11 +18,11 @@ one slow collapse, for HUGE_PAUSE_S.
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import mmap
 import os
 import sys
-import threading
 import time
 
 from raylite import exceptions
@@ -37,6 +37,7 @@ _counter = itertools.count()
 HUGE_PAGE = 2 << 20
 HUGE_MARK = "-h"
 SPILL_MARK = "-s"    # a segment in SPILL_DIR (see _spills)
+WRITING_MARK = "-w"  # a file still being written: its name without it is not in use yet
 SPILL_DIR = _DISK_DIR   # the driver's, which workers get with their config
 _spill_warned = False
 _MAP_FIXED, _MADV_POPULATE_READ, _MADV_COLLAPSE = 0x10, 22, 25
@@ -118,6 +119,14 @@ def _map_huge(fd: int, size: int, writable: bool, fresh: bool = False) -> Mappin
         reserve.close()
         return None
     if fresh:
+        try:   # give every page written below its memory first: a full /dev/shm is ENOSPC here, not SIGBUS
+            for offset in range(0, whole, HUGE_PAGE):
+                os.posix_fallocate(fd, offset, 1)
+            if size > whole:
+                os.posix_fallocate(fd, whole, size - whole)
+        except OSError:
+            reserve.close()
+            raise
         for page in range(start, start + whole, HUGE_PAGE):
             ctypes.memset(page, 0, 1)
     if lib.madvise(start, whole, _MADV_COLLAPSE) != 0:
@@ -160,11 +169,18 @@ def _spills(n: int) -> bool:
         return False
     if pool is not None and pool.drop_free() and n + HUGE_PAGE <= _free_bytes(SHM_DIR):
         return False
+    _spill_or_fail(n)
+    return True
+
+
+def _spill_or_fail(n: int, why: str = "") -> None:
+    """A segment of n bytes goes to SPILL_DIR (warned once), or, where that has no room either,
+    ObjectStoreFullError."""
     free = _free_bytes(SHM_DIR)
     spill_free = _free_bytes(SPILL_DIR) if os.path.realpath(SPILL_DIR) != os.path.realpath(SHM_DIR) else 0
     if n > spill_free:
         raise exceptions.ObjectStoreFullError(
-            f"an object of {n / 2**20:.1f} MB does not fit in {SHM_DIR} ({free / 2**20:.1f} MB free)"
+            f"an object of {n / 2**20:.1f} MB does not fit in {SHM_DIR} ({free / 2**20:.1f} MB free{why})"
             + (f" nor in {SPILL_DIR}, where objects spill ({spill_free / 2**20:.1f} MB free)" if spill_free else "")
             + f". Free objects (drop their refs), or give the object store more room: a larger /dev/shm "
             f"(Docker: --shm-size), or {SHM_DIR_ENV} set to a directory on disk")
@@ -174,8 +190,7 @@ def _spills(n: int) -> bool:
         import warnings
         warnings.warn(f"raylite: {SHM_DIR} is full ({free / 2**20:.0f} MB free): objects that do not fit are "
                       f"spilled to {SPILL_DIR}, which is slower (Ray spills its object store to disk the same "
-                      f"way). Free objects, or give /dev/shm more room (Docker: --shm-size).", stacklevel=2)
-    return True
+                      f"way). Free objects, or give /dev/shm more room (Docker: --shm-size).", stacklevel=3)
 
 
 def session_prefix(session: str) -> str:
@@ -186,8 +201,14 @@ def _path(name: str) -> str:
     return os.path.join(SPILL_DIR if name.endswith(SPILL_MARK) else SHM_DIR, name)
 
 
-def write_segment(prefix: str, raw: memoryview) -> tuple[str, int]:
-    """Copy a buffer into a segment: a pooled one in the driver (pages ready), else a new file."""
+def write_segment(prefix: str, raw: memoryview, staged: list | None = None) -> tuple[str, int]:
+    """Copy a buffer into a segment: a pooled one in the driver (pages ready), else a new file.
+
+    A new file is written under its name plus WRITING_MARK, so a worker killed while writing it
+    leaves a name the node recognises as unfinished (remove_unfinished); it takes its real name
+    once filled, or, with `staged`, once the caller publishes every buffer of its value (which
+    then travels at once). Running out of room while writing (another process filled /dev/shm)
+    removes the partial file and spills to disk, or raises ObjectStoreFullError."""
     view = raw.cast("B")
     n = len(view)
     reused = pool.take(n) if pool is not None else None
@@ -196,10 +217,36 @@ def write_segment(prefix: str, raw: memoryview) -> tuple[str, int]:
         mapped.mm[mapped.off:mapped.off + n] = view
         mappings.adopt(name, mapped, n)   # the driver's own get() reads through it for free
         return (name, n)
-    global _huge_paused_until
     spill = _spills(n)
-    name = f"{prefix}{os.getpid()}-{next(_counter)}" + (SPILL_MARK if spill else "")
-    fd = os.open(_path(name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    base = f"{prefix}{os.getpid()}-{next(_counter)}"
+    try:
+        name = _write_new(base + (SPILL_MARK if spill else ""), view, spill)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        if spill:
+            raise exceptions.ObjectStoreFullError(
+                f"an object of {n / 2**20:.1f} MB does not fit in {SPILL_DIR}, where objects spill: it filled "
+                f"up while the object was written ({e.strerror}). Free objects (drop their refs), or make room "
+                f"there") from None
+        if pool is not None:
+            pool.drop_free()
+        _spill_or_fail(n, f", filled up by another process while the object was written: {e.strerror}")
+        name = _write_new(base + SPILL_MARK, view, True)
+    if staged is None:
+        publish([name])
+    else:
+        staged.append(name)
+    return (name, n)
+
+
+def _write_new(name: str, view: memoryview, spill: bool) -> str:
+    """Write `view` into a new file under the writing name of `name` (which may gain HUGE_MARK,
+    returned); on any error the partial file is removed."""
+    global _huge_paused_until
+    n = len(view)
+    writing = _path(name) + WRITING_MARK
+    fd = os.open(writing, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         mapped = None
         if n >= HUGE_PAGE and not spill and time.monotonic() >= _huge_paused_until:
@@ -214,15 +261,59 @@ def write_segment(prefix: str, raw: memoryview) -> tuple[str, int]:
                 done += os.write(fd, view[done:])
         else:
             mapped.mm[mapped.off:mapped.off + n] = view
-            os.rename(_path(name), _path(name + HUGE_MARK))
+            os.rename(writing, _path(name + HUGE_MARK) + WRITING_MARK)
+            writing = _path(name + HUGE_MARK) + WRITING_MARK
             name += HUGE_MARK
             if pool is not None:   # in the driver: keep the mapping, as for a pooled segment
                 mappings.adopt(name, mapped, n)
             else:
                 mapped.close()
+    except BaseException:
+        os.unlink(writing)
+        raise
     finally:
         os.close(fd)
-    return (name, n)
+    return name
+
+
+def publish(names: list) -> None:
+    """Give staged segments (see write_segment) their real names: their value may travel now."""
+    for name in names:
+        os.rename(_path(name) + WRITING_MARK, _path(name))
+    names.clear()
+
+
+def discard(segments_written: list, staged: list) -> None:
+    """Remove what a failed serialization wrote (staged files, and pooled segments it took)."""
+    for name, _ in segments_written:
+        mapped = mappings._drop(name)
+        if mapped is not None:
+            mapped.close()
+        path = _path(name) + (WRITING_MARK if name in staged else "")
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    staged.clear()
+
+
+def remove_unfinished(prefix: str, pid: int) -> int:
+    """Remove the segments a dead process of the session was still writing (no value names them
+    yet); how many bytes they held."""
+    start, freed = f"{prefix}{pid}-", 0
+    for directory in dict.fromkeys((SHM_DIR, SPILL_DIR)):
+        try:
+            names = [n for n in os.listdir(directory) if n.startswith(start) and n.endswith(WRITING_MARK)]
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                freed += os.stat(path).st_blocks * 512
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+    return freed
 
 
 def map_segment(name: str, size: int, private: bool = False) -> Mapping:
@@ -317,109 +408,8 @@ class MappingCache:
         return self.names.get(id(base.obj)) if base is not None else None
 
 
-class SegmentPool:
-    """Freed segments no worker maps any more, kept (pages allocated) for the driver's next puts.
-    One the driver's own arrays still read (`out = ray.get(ray.put(x))` outlives its ref) waits
-    in `lingering` until they are gone. A segment no put took within IDLE_S is removed, so tasks
-    that return large values (each in a new segment) do not fill the pool up to its capacity; and
-    while the driver has not put a large value for IDLE_S, freed segments are not kept at all (a
-    run whose tasks return arrays held about 10 s of its results in /dev/shm for nothing)."""
-
-    IDLE_S = 10.0
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self.lock = threading.Lock()   # the node gives, user threads take
-        self.free: dict[str, tuple[int, Mapping | None, float]] = {}
-        self.lingering: dict[str, tuple[int, Mapping, float]] = {}
-        self.bytes = 0
-        self.due = float("inf")   # when the oldest entry expires
-        self.last_take = -float("inf")   # when the driver last looked for a segment to put into
-
-    def give(self, name: str, size: int, mm: Mapping | None) -> bool:
-        with self.lock:
-            now = time.monotonic()
-            if self.bytes + size > self.capacity or now - self.last_take > self.IDLE_S or name.endswith(SPILL_MARK):
-                return False
-            if mm is not None and mm.in_use():
-                self.lingering[name] = (size, mm, now)
-            else:
-                self.free[name] = (size, _for_writing(mm), now)
-            self.bytes += size
-            self.due = min(self.due, now + self.IDLE_S)
-            return True
-
-    def take(self, n: int) -> tuple[str, Mapping] | None:
-        """The smallest pooled segment that holds n bytes without wasting half of it."""
-        with self.lock:
-            self.last_take = time.monotonic()
-            for name, (size, mm, since) in list(self.lingering.items()):
-                if not mm.in_use():
-                    del self.lingering[name]
-                    self.free[name] = (size, _for_writing(mm), since)
-            fits = [(size, name) for name, (size, _, _) in self.free.items() if n <= size <= 2 * n]
-            if not fits:
-                return None
-            size, name = min(fits)
-            _, mm, _ = self.free.pop(name)
-            self.bytes -= size
-        if mm is not None:
-            return name, mm
-        try:
-            fd = os.open(_path(name), os.O_RDWR)
-        except FileNotFoundError:
-            return None
-        try:
-            mapped = _map_huge(fd, size, writable=True) if name.endswith(HUGE_MARK) else None
-            return name, mapped or Mapping(mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE), writable=True)
-        finally:
-            os.close(fd)
-
-    def drop_free(self) -> bool:
-        """Remove the free segments at once (new objects need their room); whether there were any."""
-        with self.lock:
-            dropped = list(self.free.items())
-            self.free.clear()
-            self.bytes -= sum(entry[0] for _, entry in dropped)
-        for _, (_, mm, _) in dropped:
-            if mm is not None:
-                mm.close()
-        unlink_segments([name for name, _ in dropped])
-        return bool(dropped)
-
-    def next_expiry(self) -> float | None:
-        """Seconds until a pooled segment is due for removal (None: the pool is empty)."""
-        return None if self.due == float("inf") else max(0.0, self.due - time.monotonic())
-
-    def expire(self) -> None:
-        """Remove the segments pooled for longer than IDLE_S. A lingering one's mapping is only
-        dropped: the driver's arrays that read it keep it alive until they go."""
-        now = time.monotonic()
-        if now < self.due:
-            return
-        with self.lock:
-            old = [(table, name) for table in (self.free, self.lingering)
-                   for name, entry in table.items() if entry[2] + self.IDLE_S <= now]
-            for table, name in old:
-                size, mm, _ = table.pop(name)
-                self.bytes -= size
-                if mm is not None and table is self.free:
-                    mm.close()
-            self.due = min((e[2] + self.IDLE_S for table in (self.free, self.lingering) for e in table.values()),
-                           default=float("inf"))
-        unlink_segments([name for _, name in old])
-
-
-def _for_writing(mapped: Mapping | None) -> Mapping | None:
-    """A pooled segment's mapping fit to write the next put into (None: map it again then)."""
-    if mapped is not None and not mapped.writable:
-        mapped.close()
-        return None
-    return mapped
-
-
 mappings = MappingCache()
-pool: SegmentPool | None = None   # set in the driver by the node
+pool = None   # the driver's raylite.core.segment_pool.SegmentPool, set by the node
 
 
 def unlink_segments(names) -> None:

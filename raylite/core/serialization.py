@@ -17,7 +17,7 @@ import pickle
 import sys
 import types
 
-from raylite.core import objects
+from raylite.core import objects, segments
 from raylite.core.protocol import ArgRef
 from raylite.core.segments import mappings, write_segment
 
@@ -169,6 +169,7 @@ def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
     if shm_prefix is not None and _direct_array(value):
         return _dumps_array(value, shm_prefix, is_error)
     buffers: list = []
+    staged: list = []   # its new segments keep their writing names until the whole value is written
 
     def callback(pb: pickle.PickleBuffer):
         try:
@@ -178,15 +179,19 @@ def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
         if raw.nbytes < INLINE_LIMIT or shm_prefix is None:
             buffers.append(bytes(raw))
         else:
-            buffers.append(write_segment(shm_prefix, raw))
+            buffers.append(write_segment(shm_prefix, raw, staged))
         return False
 
     out = io.BytesIO()
     outer = objects.collect_refs()
     try:
         _pickler()(out, protocol=5, buffer_callback=callback).dump(value)
+    except BaseException:   # nothing of a value that failed half-way stays in /dev/shm
+        segments.discard([b for b in buffers if isinstance(b, tuple)], staged)
+        raise
     finally:
         refs = objects.collected(outer)
+    segments.publish(staged)
     return Serialized(out.getvalue(), tuple(buffers), is_error, refs)
 
 
