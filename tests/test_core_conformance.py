@@ -81,3 +81,82 @@ def test_get_and_wait_refuse_what_is_no_ref_with_rays_types(ray_start):
         ray.wait([42])
     with pytest.raises(TypeError, match="expects a list of ObjectRefs, got int"):
         ray.wait(42)
+
+
+@pytest.mark.parametrize("ray_start", [3], indirect=True)
+def test_get_of_a_list_fails_fast_on_the_first_error(ray_start):
+    """Ray's get raises as soon as one ref holds an error, without waiting for the others: a task's
+    exception, a crashed worker, a dead actor; in the driver, in a task, and in a wait + get loop."""
+    @ray.remote
+    def slow():
+        time.sleep(60)
+
+    @ray.remote
+    def bad():
+        raise ValueError("boom")
+
+    @ray.remote(max_retries=0)
+    def crash():
+        import os
+        os._exit(1)
+
+    @ray.remote
+    class Dead:
+        def f(self):
+            return 1
+
+    @ray.remote
+    def nested(pending):
+        try:
+            ray.get([pending[0], bad.remote()])
+        except ValueError as e:
+            return str(e)
+
+    pending = slow.remote()
+    dead = Dead.remote()
+    ray.kill(dead)
+    for failing, error in [(bad, ValueError), (crash, ray.exceptions.WorkerCrashedError),
+                           (dead.f, ray.exceptions.ActorDiedError)]:
+        with pytest.raises(error):
+            ray.get([pending, failing.remote()])
+    assert "boom" in ray.get(nested.remote([pending]))
+    refs = [pending, bad.remote()]
+    with pytest.raises(ValueError, match="boom"):
+        while refs:
+            ready, refs = ray.wait(refs)
+            ray.get(ready)
+    assert ray.wait([pending], timeout=0)[0] == []   # none of these waited for the slow task
+
+
+def test_actor_calls_keep_order_per_caller_only(ray_start, tmp_path):
+    """Ray orders a one-at-a-time actor's calls per submitter: a call waiting for its argument holds
+    back its caller's later calls, not another caller's."""
+    gate = tmp_path / "gate"
+
+    @ray.remote
+    def late(path, value):
+        import os
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        return value
+
+    @ray.remote
+    class Adder:
+        def __init__(self):
+            self.value = 0
+
+        def add(self, x):
+            self.value += x
+            return self.value
+
+    @ray.remote
+    def other_caller(adder):
+        return ray.get(adder.add.remote(10), timeout=20)
+
+    adder = Adder.remote()
+    first = adder.add.remote(late.remote(str(gate), 1))
+    second = adder.add.remote(2)
+    assert ray.get(other_caller.remote(adder)) == 10
+    assert ray.wait([second], timeout=0)[0] == []   # still behind the driver's first call
+    gate.touch()
+    assert ray.get([first, second]) == [11, 13]

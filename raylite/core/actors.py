@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 
 from raylite import exceptions
+from raylite.core.objects import minted_by
 from raylite.core.protocol import TaskSpec
 from raylite.core.serialization import error_value
 from raylite.core.workers import Actor
@@ -18,17 +19,21 @@ class ActorLifecycle:
         w = actor.worker
         # threaded and async actors promise no order (as in Ray), nor one created with
         # allow_out_of_order_execution=True: a call still waiting for its arguments lets later
-        # calls go ahead; a one-at-a-time actor keeps submission order
+        # calls go ahead. A one-at-a-time actor keeps each caller's submission order, as Ray
+        # orders calls per submitter: a waiting call holds back only its own caller's later calls
         overtake = actor.spec.out_of_order
-        held = []
+        held, waiting = [], set()   # (callers with a call waiting, for a one-at-a-time actor)
         while actor.queue and w is not None and actor.state == "ALIVE":
             spec = actor.queue[0]
-            if self.table.missing(spec.deps):
-                if spec.task_id not in actor.waiting_deps:
+            caller = minted_by(spec.task_id)
+            if caller in waiting or self.table.missing(spec.deps):
+                if caller not in waiting and spec.task_id not in actor.waiting_deps:
                     actor.waiting_deps.add(spec.task_id)
                     self._when_deps_ready(spec, lambda actor=actor, t=spec.task_id: self._resume_actor(actor, t))
                 if not overtake:
-                    break
+                    if len(actor.callers) == 1:   # the common case: nothing else may go ahead
+                        break
+                    waiting.add(caller)
                 held.append(actor.queue.popleft())
                 continue
             actor.queue.popleft()

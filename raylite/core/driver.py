@@ -48,7 +48,7 @@ class DriverClient:
             box.append(timed_out)
             done.release()
 
-        waiter = Waiter(fire, want)
+        waiter = Waiter(fire, want, fail_fast=want is None)
         self.node.call(self.node.table.add_waiter, waiter, ids, timeout)
         self.node.read_producer(waiter, ids)
         done.acquire()
@@ -57,6 +57,8 @@ class DriverClient:
         return waiter
 
     def get(self, ids: list[int], timeout: float | None) -> list:
+        """The values of ids, or a list of the first error among them as soon as one holds an
+        error (Ray's get fails fast: it does not wait for the others)."""
         objects = self.node.table.objects
         values = []
         for i in ids:   # fast path: everything is ready
@@ -75,7 +77,7 @@ class DriverClient:
             raise exceptions.InfeasibleTaskError(waiter.infeasible_reason)
         if waiter.lost_id is not None:
             raise exceptions.ObjectLostError(f"object {waiter.lost_id:028x} was freed")
-        return [objects[i].value for i in ids]
+        return self.node.table.values(ids, waiter)
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
         ready = self.node.table.ready_ids(ids)

@@ -24,6 +24,7 @@ from raylite.core.groups import Groups
 from raylite.core.actors import ActorLifecycle
 from raylite.core.env_setup import EnvSetup
 from raylite.core.object_table import ObjectTable
+from raylite.core.objects import minted_by
 from raylite.core.output import WorkerOutput
 from raylite.core.reader import ProducerReading
 from raylite.core.protocol import Channel, TaskSpec, spec_to_wire
@@ -331,6 +332,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 return self._finish(spec, error_value(self._actor_died(actor, spec)))
             if spec.max_retries is None:
                 spec.max_retries = actor.spec.max_retries   # the actor's max_task_retries
+            actor.callers.add(minted_by(spec.task_id))
             actor.queue.append(spec)
             return self._pump_actor(actor)
         if spec.kind == "actor_create":
@@ -991,11 +993,11 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             elif waiter.lost_id is not None:
                 payload = (False, exceptions.ObjectLostError(f"object {waiter.lost_id:028x} was freed"))
             else:
-                payload = (True, [self.table.objects[i].value for i in ids])
+                payload = (True, self.table.values(ids, waiter))
                 self.table.sent(w.index, payload[1])
             if w.index in self.workers:
                 self._send(w, ("reply", req, payload))
-        self._block_until(w, Waiter(reply), ids, timeout)
+        self._block_until(w, Waiter(reply, fail_fast=True), ids, timeout)
 
     def _msg_wait(self, w: WorkerProc, req: int, ids: list, num_returns: int, timeout) -> None:
         def reply(timed_out: bool, waiter=None):

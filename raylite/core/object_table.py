@@ -51,6 +51,8 @@ class ObjectTable:
                 waiter.lost(oid)
             elif entry.value is not None:
                 ready += 1
+                if entry.value.is_error:
+                    waiter.error()
             else:
                 if entry.infeasible is not None:
                     waiter.infeasible(entry.infeasible)
@@ -84,6 +86,13 @@ class ObjectTable:
         entry = self.objects.get(oid)
         return entry is not None and entry.value is not None
 
+    def values(self, ids, waiter) -> list:
+        """What a get() that `waiter` ended returns: every value, or, when it failed fast, the
+        first error among them (the caller raises it; the rest may not be computed yet)."""
+        if waiter.failed:
+            return [next(v for i in ids if (v := self.objects[i].value) is not None and v.is_error)]
+        return [self.objects[i].value for i in ids]
+
     def missing(self, ids) -> list[int]:
         """Those of ids (all in the table) whose value is not computed yet."""
         return [i for i in ids if self.objects[i].value is None]
@@ -110,6 +119,8 @@ class ObjectTable:
             self.hold(value.refs)
         waiters, entry.waiters = entry.waiters, []
         for waiter in waiters:
+            if value.is_error:
+                waiter.error()
             waiter.hit()
         if entry.refs <= 0 and not entry.pinned:
             self._free(oid)

@@ -67,6 +67,11 @@ def next_id() -> int:
     return (process.index << 40) | next(process.counter)
 
 
+def minted_by(object_id: int) -> int:
+    """The index of the process whose next_id() made an id: for a task, who submitted it."""
+    return object_id >> 40
+
+
 class BackendType(type):
     """``isinstance(x, raylite.ObjectRef)`` (or ``ActorHandle``) also holds for Ray's own refs and
     handles while the Ray backend runs, so code written against raylite's names ports as is."""

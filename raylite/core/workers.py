@@ -39,7 +39,7 @@ class WorkerProc:
 
 class Actor:
     __slots__ = ("spec", "worker", "state", "queue", "inflight", "restarts_left", "error", "refs",
-                 "pinned", "exit_when_idle", "waiting_deps", "class_meta", "owner")
+                 "pinned", "exit_when_idle", "waiting_deps", "class_meta", "owner", "callers")
 
     def __init__(self, spec: TaskSpec, class_meta=None):
         self.spec = spec
@@ -55,6 +55,7 @@ class Actor:
         self.waiting_deps: set[int] = set()   # calls whose arguments a waiter is registered for
         self.class_meta = class_meta
         self.owner = 0   # index of the worker whose code created it (0: the driver)
+        self.callers: set[int] = set()   # indexes of the processes that called it (see _pump_actor)
 
 
 class ObjectEntry:
@@ -75,11 +76,13 @@ class Waiter:
     """
 
     __slots__ = ("want", "needed", "callback", "done", "armed", "is_get", "infeasible_reason", "lost_id",
-                 "entries")
+                 "entries", "fail_fast", "failed")
 
-    def __init__(self, callback, want: int | None = None):
+    def __init__(self, callback, want: int | None = None, fail_fast: bool = False):
         self.want = want                 # None: all of them (get); else num_returns (wait)
         self.is_get = want is None       # for get, an infeasible or lost object ends the wait
+        self.fail_fast = fail_fast       # a get(): an object holding an error ends the wait, as in Ray
+        self.failed = False              # (it did)
         self.needed = 0
         self.callback = callback
         self.done = False
@@ -99,7 +102,7 @@ class Waiter:
             self._check()
 
     def _check(self) -> None:
-        if not self.done and (self.needed <= 0 or self.infeasible_reason or self.lost_id is not None):
+        if not self.done and (self.needed <= 0 or self.infeasible_reason or self.lost_id is not None or self.failed):
             self._fire(False)
 
     def infeasible(self, reason: str) -> None:
@@ -107,6 +110,11 @@ class Waiter:
             self.infeasible_reason = reason
             if self.armed:
                 self._check()
+
+    def error(self) -> None:
+        """An object it waits for holds an error (a task's exception, a dead actor or worker)."""
+        if self.fail_fast:
+            self.failed = True
 
     def lost(self, oid: int) -> None:
         if self.is_get:
