@@ -5,46 +5,20 @@ import atexit
 import math
 import numbers
 import os
-import sys
 import threading
 
 from raylite import exceptions
 from raylite.core import context, ray_backend, segments, serialization
 from raylite.core.objects import ObjectRef, next_id, process
 from raylite.core.remote import ActorClass, ActorHandle, RemoteFunction
-from raylite.core.resources import ACCELERATOR_TYPE_PREFIX, SCALE, to_fixed
+from raylite.core.resources import ACCELERATOR_TYPE_PREFIX, SCALE
+from raylite.core.startup import (NODE_IP, RayContext, accelerator_part, anonymous_namespace, node_totals,
+                                   session_log_dir, use_ray)
 from raylite.core.streams import ObjectRefGenerator
 
 _lock = threading.RLock()
 _node = None
 _endpoint = None   # the node's control endpoint (raylite.core.control)
-NODE_IP = "127.0.0.1"
-
-
-class RayContext(dict):
-    """What `init` returns; Ray's context is dict-like too, with a few attributes."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        shutdown()
-
-    def disconnect(self) -> None:
-        """Ray's way out of a job (its namespaces docs use it): here, shutdown()."""
-        shutdown()
-
-    @property
-    def address_info(self) -> dict:
-        return dict(self)
-
-    @property
-    def dashboard_url(self) -> str | None:
-        return self.get("dashboard_url")   # None: no dashboard runs
-
-    @property
-    def python_version(self) -> str:
-        return "{}.{}.{}".format(*sys.version_info[:3])
 
 
 def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus: float | None = None,
@@ -58,6 +32,30 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
          _zygote=None):
     """Start the local runtime (a node manager thread in this process and a zygote for workers),
     or, given an address, ``backend="ray"`` or ``RAY_ADDRESS``, connect to a Ray cluster instead.
+
+    Args:
+        address: a Ray cluster to join (``"auto"``, ``"host:6379"``, ``"ray://host:10001"``); None
+            (and no ``RAY_ADDRESS``) or ``"local"`` runs on this machine.
+        num_cpus: CPUs to offer; default: the process's CPU affinity, capped by a cgroup quota.
+        num_gpus: GPUs to offer; default: those detected. An explicit count is logical.
+        resources: custom resources and the other accelerator families, ``{"name": quantity}``.
+        object_store_memory: bytes of shared memory for objects (default 30% of free memory).
+        local_mode: Ray's deprecated serial mode: a warning; tasks still run in workers.
+        ignore_reinit_error: a second ``init`` returns the running context instead of raising.
+        include_dashboard: accepted for Ray's sake (as are ``dashboard_host``, ``dashboard_port``).
+        logging_level: accepted for Ray's sake (as are ``logging_format`` and ``configure_logging``).
+        log_to_driver: True: worker output is printed here; False: kept in per-worker log files.
+        namespace: the job's namespace for named actors; default: a fresh anonymous one.
+        runtime_env: the job's runtime environment, inherited by every task and actor.
+        job_config: accepted for Ray's sake (as are ``_system_config`` and ``_memory``).
+        _temp_dir: where session logs go (default: the system's temporary directory).
+        backend: ``"local"`` or ``"ray"``, overriding what ``address`` and ``RAY_ADDRESS`` say.
+        logging_config: a ``LoggingConfig`` for the root logger of the driver and every worker.
+        labels: this node's labels, ``{"key": "value"}``, for label selectors.
+
+    Returns:
+        A dict-like context (``address_info``, ``dashboard_url``); as a context manager it shuts
+        the runtime down on exit.
 
     ``_zygote``: one raylite.init() started ahead; it is closed here unless the runtime adopts it."""
     global _node, _endpoint
@@ -73,7 +71,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 raise RuntimeError("Maybe you called ray.init twice by accident? This error can be suppressed "
                                    "by passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' "
                                    "prior to 'ray.init()'.")
-            if _use_ray(address, backend):
+            if use_ray(address, backend):
                 return ray_backend.connect(
                     address if address is not None else os.environ.get("RAY_ADDRESS") or None,
                     ignore_reinit_error, log_to_driver, configure_logging, num_cpus=num_cpus, num_gpus=num_gpus,
@@ -111,17 +109,17 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 zygote = Zygote()   # first: its start overlaps everything below
             from raylite.core import accelerators, machine
             machine.raise_open_files_limit()
-            totals = _node_totals(num_cpus, num_gpus, resources, object_store_memory)
+            totals = node_totals(num_cpus, num_gpus, resources, object_store_memory)
             segments.SHM_DIR = segments.choose_dir(totals["object_store_memory"] // SCALE)
-            device_totals, device_ids, _ = accelerators.node_devices(num_gpus, _accelerator_part(resources))
+            device_totals, device_ids, _ = accelerators.node_devices(num_gpus, accelerator_part(resources))
             totals.update(device_totals)
             from raylite.core.driver import DriverClient
             from raylite.core.node import Node
             types = [k[len(ACCELERATOR_TYPE_PREFIX):] for k in totals if k.startswith(ACCELERATOR_TYPE_PREFIX)]
             if len(types) == 1:   # as Ray labels a node with its GPUs' type
                 node_labels[ACCELERATOR_TYPE_KEY] = types[0]
-            namespace = namespace or _anonymous_namespace()
-            log_dir = None if log_to_driver else _log_dir(_temp_dir, zygote.session)
+            namespace = namespace or anonymous_namespace()
+            log_dir = None if log_to_driver else session_log_dir(_temp_dir, zygote.session)
             _node = Node(totals, device_ids, zygote.session, node_id, "01000000", zygote, job_env, namespace,
                          log_dir, logging_config.to_dict() if logging_config is not None else None, node_labels)
             zygote = None   # the node owns it now
@@ -145,67 +143,6 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             zygote.close()
 
 
-def _log_dir(temp_dir: str | None, session: str) -> str:
-    """Where worker output goes with log_to_driver=False: <temp dir>/raylite/session_<id>/logs
-    (Ray's layout under /tmp/ray); kept after shutdown, as Ray keeps its logs."""
-    import tempfile
-    return os.path.join(temp_dir or tempfile.gettempdir(), "raylite", f"session_{session}", "logs")
-
-
-def _anonymous_namespace() -> str:
-    """As Ray: a job started without a namespace gets a fresh one, shaped like a uuid."""
-    h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-def _use_ray(address: str | None, backend: str | None) -> bool:
-    """Which backend: an explicit ``backend``, else Ray when an address is given or in RAY_ADDRESS."""
-    if backend not in (None, "local", "ray"):
-        raise ValueError(f"backend must be 'local' or 'ray', got backend={backend!r}")
-    if backend == "local":
-        if address not in (None, "local"):
-            raise ValueError(f"backend='local' runs on this machine only; it cannot use address={address!r}")
-        return False
-    if backend == "ray":
-        return True
-    if address is None:
-        address = os.environ.get("RAY_ADDRESS") or None
-    return address not in (None, "local")
-
-
-def _accelerator_part(resources: dict | None) -> dict | None:
-    if resources is None:
-        return None
-    if not isinstance(resources, dict):
-        raise TypeError(f"resources must be a dict, got {type(resources).__name__}")
-    from raylite.core.resources import ACCELERATOR_RESOURCES
-    return {k: v for k, v in resources.items() if k in ACCELERATOR_RESOURCES} or None
-
-
-def _node_totals(num_cpus, num_gpus, resources, object_store_memory) -> dict[str, int]:
-    from raylite.core.resources import ACCELERATOR_RESOURCES
-    from raylite.core import machine
-    if resources is not None and not isinstance(resources, dict):
-        raise TypeError(f"init(): resources must be a dict of resource names to amounts, got "
-                        f"resources={resources!r} ({type(resources).__name__})")
-    cpus = num_cpus if num_cpus is not None else machine.cpu_count()   # a container's, not the host's
-    memory = machine.memory_available()
-    store = object_store_memory if object_store_memory is not None else int(memory * 0.3)
-    if to_fixed(store, "object_store_memory") > to_fixed(memory, "memory"):   # as Ray refuses it
-        raise ValueError(f"init(): object_store_memory={object_store_memory!r} ({store / 2**30:.1f} GiB) is more "
-                         f"than this machine has available ({memory / 2**30:.1f} GiB of memory)")
-    totals = {"CPU": to_fixed(cpus, "num_cpus"),
-              "memory": to_fixed(int(memory * 0.7), "memory"),
-              "object_store_memory": to_fixed(store, "object_store_memory"),
-              f"node:{NODE_IP}": SCALE, "node:__internal_head__": SCALE}
-    for name, value in (resources or {}).items():
-        if name in ("CPU", "GPU"):
-            raise ValueError(f"Use the 'num_cpus' and 'num_gpus' keyword instead of resources={{{name!r}: ...}}")
-        if name not in ACCELERATOR_RESOURCES:
-            totals[name] = to_fixed(value, f"resources[{name!r}]")
-    return totals
-
-
 def _context():
     if process.ray is not None:
         return process.ray.context()
@@ -214,6 +151,7 @@ def _context():
 
 
 def is_initialized() -> bool:
+    """Whether ``init`` has run in this process (inside tasks and actors: always True)."""
     if process.client is not None:
         return True
     if process.ray is not None:
@@ -280,7 +218,12 @@ def _timeout(timeout):
 
 
 def get(object_refs, *, timeout: float | None = None):
-    """Values of one ObjectRef or a list of them, raising the task's error if it failed."""
+    """Values of one ObjectRef or a list of them, raising the task's error if it failed.
+
+    Args:
+        object_refs: an ObjectRef, or a list of them (then a list of values, in that order).
+        timeout: seconds to wait at most (None: for ever); then ``GetTimeoutError``.
+    """
     timeout = _timeout(timeout)
     single = isinstance(object_refs, ObjectRef)
     if not single:
@@ -316,7 +259,14 @@ def _compiled_results(object_refs, timeout):
 
 def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True):
     """(ready, not_ready), each in the order given; at most num_returns ready. An
-    ObjectRefGenerator is ready when its next() would not block."""
+    ObjectRefGenerator is ready when its next() would not block.
+
+    Args:
+        object_refs: a list of ObjectRefs (and ObjectRefGenerators), without duplicates.
+        num_returns: how many ready refs to wait for, from 1 to ``len(object_refs)``.
+        timeout: seconds to wait at most (None: for ever); then fewer are returned as ready.
+        fetch_local: accepted for Ray's sake: every object is local here.
+    """
     if isinstance(object_refs, (ObjectRef, ObjectRefGenerator)):
         raise TypeError("wait() expects a list of ObjectRefs, not a single ObjectRef")
     if not isinstance(object_refs, (list, tuple)):   # a TypeError, as Ray's
@@ -341,6 +291,9 @@ def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fet
 
 def put(value, *, _owner: ActorHandle | None = None) -> ObjectRef:
     """Store a value once; large buffers go to shared memory and are mapped by readers.
+
+    Args:
+        value: any picklable value (not an ObjectRef).
 
     ``_owner`` (Ray: the actor whose lifetime the object follows) is accepted and checked; here
     the node owns every object, so it outlives that actor anyway."""
@@ -369,6 +322,12 @@ def _require_client_or_init():
 
 
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
+    """End an actor at once: its pending calls fail with ``ActorDiedError`` and no shutdown hook runs.
+
+    Args:
+        actor: the handle of the actor to end.
+        no_restart: True: for good; False: it restarts if its ``max_restarts`` allows.
+    """
     if _require_client() is None:
         return process.ray.kill(actor, no_restart)
     if not isinstance(actor, ActorHandle):
@@ -378,7 +337,13 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
     """Cancel the task or actor call that returns ``object_ref``. As Ray, ``force=True`` (kill
-    the worker) is refused for an unfinished actor call: ``ray.kill`` ends actors."""
+    the worker) is refused for an unfinished actor call: ``ray.kill`` ends actors.
+
+    Args:
+        object_ref: the ref a task or actor call returned (or its ObjectRefGenerator).
+        force: kill the task's worker instead of raising KeyboardInterrupt in it.
+        recursive: cancel the tasks it submitted too.
+    """
     if isinstance(object_ref, ObjectRefGenerator):
         object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):
@@ -393,6 +358,12 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
+    """A handle to the live actor of that name; ``ValueError`` if there is none.
+
+    Args:
+        name: the name given with ``.options(name=...)``.
+        namespace: the namespace to look in (default: the job's).
+    """
     client = _require_client()
     if client is None:
         return process.ray.get_actor(name, namespace)
@@ -418,16 +389,19 @@ def list_named_actors(all_namespaces: bool = False) -> list:
 
 
 def cluster_resources() -> dict[str, float]:
+    """Every resource the node (or the Ray cluster) has, ``{"CPU": 2.0, ...}``."""
     client = _require_client()
     return process.ray.cluster_resources() if client is None else client.resources()[0]
 
 
 def available_resources() -> dict[str, float]:
+    """The resources not held by running tasks and actors right now."""
     client = _require_client()
     return process.ray.available_resources() if client is None else client.resources()[1]
 
 
 def nodes() -> list[dict]:
+    """Ray's node records (``NodeID``, ``Alive``, ``Resources``, ``Labels``, ...): one here."""
     if _require_client() is None:
         return process.ray.nodes()
     total = cluster_resources()
@@ -443,6 +417,7 @@ def get_node_ip_address() -> str:
 
 
 def get_gpu_ids() -> list:
+    """The GPUs the current task or actor holds (ints where the ids are numbers)."""
     if process.client is None and (process.ray is not None or ray_backend.attach()):
         return process.ray.get_gpu_ids()
     ids = context.get_runtime_context().get_accelerator_ids().get("GPU", [])
@@ -450,7 +425,33 @@ def get_gpu_ids() -> list:
 
 
 def remote(*args, **options):
-    """`@remote` or `@remote(num_cpus=..., ...)` on a function or a class."""
+    """`@remote` or `@remote(num_cpus=..., ...)` on a function or a class.
+
+    Keyword options, as Ray's (``.options(...)`` overrides them per call):
+
+    Args:
+        num_cpus: CPUs held while running (tasks: default 1; actors: 0 while alive).
+        num_gpus: GPUs held; a fraction below 1 shares one device.
+        resources: custom resources and other accelerators, ``{"name": quantity}``.
+        accelerator_type: the GPU type the work needs (``raylite.util.accelerators``).
+        memory: bytes of memory the work reserves (scheduling only, not a limit).
+        max_calls: a worker exits after this many calls (default 1 with accelerators, else 0: never).
+        max_retries: times a task runs again after its worker died (default 3).
+        retry_exceptions: True, or a list of exception types, that also retry the task.
+        num_returns: the number of refs a call returns (or ``"streaming"``/``"dynamic"`` for generators).
+        runtime_env: the environment the worker runs in (``env_vars``, ``working_dir``, ``pip``, ...).
+        scheduling_strategy: ``"DEFAULT"``, ``"SPREAD"``, or a placement group / node / label strategy.
+        label_selector: node labels the work needs, ``{"key": "value"}``.
+        name: an actor's name, unique in its namespace (``get_actor`` finds it).
+        namespace: the namespace of a named actor (default: the job's).
+        lifetime: ``"detached"``: a named actor outlives its handles (until ``shutdown``).
+        get_if_exists: return the live actor of that name instead of raising.
+        max_restarts: times a crashed actor starts again (default 0; -1: always).
+        max_task_retries: times an actor call runs again after the actor died (default 0).
+        max_concurrency: calls an actor runs at once (threads, or an async actor's slots).
+        concurrency_groups: named groups of an actor's methods with their own limits.
+        max_pending_calls: unfinished calls a handle allows before raising (-1: no limit).
+    """
     if len(args) == 1 and not options and callable(args[0]):
         return _make_remote(args[0], {})
     if args:
