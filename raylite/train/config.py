@@ -50,16 +50,20 @@ def check_name(name, what: str = "RunConfig.name") -> None:
 class ScalingConfig:
     """How many workers and what each one holds.
 
-    ``use_gpu``: True (one GPU per worker, NCCL), False (CPU, gloo) or ``"auto"`` (GPUs when the
-    runtime has enough usable ones, else CPU). ``resources_per_worker`` uses Ray's keys:
-    ``{"CPU": 2, "GPU": 1, "custom": 1}``; the default is one CPU (plus one GPU with ``use_gpu``).
-    ``trainer_resources`` and ``placement_strategy`` are accepted for compatibility: on one machine
-    the driver itself coordinates and every worker lands on the same node. ``accelerator_type`` (e.g.
-    ``"A100"``) adds Ray's tiny ``accelerator_type:A100`` resource to each worker, so the workers only
-    run where that type of accelerator is (an error at once where the runtime has none). Fields may
-    hold Tune search spaces (``ScalingConfig(num_workers=tune.grid_search([1, 2]))`` in a Tuner's param_space); such a
-    config is checked once a trial has resolved them. ``num_workers=0`` is Ray V2's local mode: a
-    trainer's ``fit`` runs the training function in the calling process (see DataParallelTrainer).
+    Fields may hold Tune search spaces (``ScalingConfig(num_workers=tune.grid_search([1, 2]))`` in a
+    Tuner's param_space); such a config is checked once a trial has resolved them.
+
+    Args:
+        num_workers: training processes; 0 is Ray V2's local mode (``fit`` runs the training
+            function in the calling process, see DataParallelTrainer).
+        use_gpu: True (one GPU per worker, NCCL), False (CPU, gloo) or ``"auto"`` (GPUs when the
+            runtime has enough usable ones, else CPU).
+        resources_per_worker: Ray's keys, ``{"CPU": 2, "GPU": 1, "custom": 1}``; default one CPU
+            (plus one GPU with ``use_gpu``).
+        trainer_resources: accepted for compatibility: the driver itself coordinates here.
+        placement_strategy: accepted for compatibility: every worker lands on this one node.
+        accelerator_type: e.g. ``"A100"``: adds Ray's tiny ``accelerator_type:A100`` resource to each
+            worker, so workers run only where that type is (an error at once where it is not).
     """
 
     num_workers: int = 1
@@ -138,13 +142,15 @@ def _is_search_space(value) -> bool:
 
 @dataclass
 class CheckpointConfig:
-    """Which persisted checkpoints to keep.
+    """Which persisted checkpoints to keep. The latest checkpoint is always kept, for resuming.
 
-    ``num_to_keep=None`` keeps all of them. With ``checkpoint_score_attribute`` the best
-    ``num_to_keep`` by that reported metric are kept (``checkpoint_score_order`` "max" or "min"),
-    otherwise the most recent ones. The latest checkpoint is always kept, for resuming.
-    ``checkpoint_frequency`` and ``checkpoint_at_end`` are Ray's class-trainable options: as in Ray,
-    setting them for a function trainable or a TorchTrainer is an error (checkpoint in the loop).
+    Args:
+        num_to_keep: how many to keep (None: all); the most recent ones, or the best by the score.
+        checkpoint_score_attribute: a reported metric ranking checkpoints (``"a/b"`` reaches a nested one).
+        checkpoint_score_order: ``"max"`` or ``"min"``: which end of the score is best.
+        checkpoint_frequency: Ray's class-trainable option: an error here, as in Ray for function
+            trainables and TorchTrainer (checkpoint in the loop).
+        checkpoint_at_end: the same.
     """
 
     num_to_keep: int | None = None
@@ -182,10 +188,14 @@ CheckpointStrategy = CheckpointConfig   # Ray Train 1.x name
 
 @dataclass
 class FailureConfig:
-    """``max_failures``: how many times a failed run (a worker's death, or an error in the training
-    function) is restarted from its latest checkpoint (-1: without limit). ``fail_fast`` (Tune only):
-    True stops the experiment at the first trial error, ``"raise"`` also raises that error from
-    ``Tuner.fit``; it needs ``max_failures=0``, as in Ray."""
+    """What to do when a run fails.
+
+    Args:
+        max_failures: how many times a failed run (a worker's death, or an error in the training
+            function) is restarted from its latest checkpoint (-1: without limit).
+        fail_fast: (Tune only) True stops the experiment at the first trial error; ``"raise"`` also
+            raises that error from ``Tuner.fit``. Needs ``max_failures=0``, as in Ray.
+    """
 
     max_failures: int = 0
     fail_fast: bool | str = False
@@ -207,12 +217,21 @@ def check_fail_fast(fail_fast: bool | str, max_failures: int) -> None:
 
 @dataclass
 class RunConfig:
-    """Where results go: ``storage_path/name/`` (metrics history, checkpoints).
+    """Where results go: ``storage_path/name/`` (metrics history, checkpoints), and the run's hooks.
 
-    ``callbacks``: objects with ``handle_result(results: list[dict])`` (Ray Train 1.x's
-    TrainingCallback) and/or ``after_report(run_context, metrics: list[dict], checkpoint)`` (2.x's
-    UserCallback; run_context is None), called in the driver with every worker's metrics for each
-    round of ``report``; ``after_exception(run_context, worker_exceptions)`` when workers fail.
+    Args:
+        name: the run's directory under ``storage_path``; a rerun with the same name resumes it.
+        storage_path: a local directory or ``file://`` URI (default ``$RAYLITE_RESULTS_DIR`` or
+            ``~/raylite_results``).
+        checkpoint_config: which checkpoints to keep (a ``CheckpointConfig``).
+        failure_config: restarts after failures (a ``FailureConfig``).
+        callbacks: objects with ``handle_result(results: list[dict])`` (Ray Train 1.x's
+            TrainingCallback) and/or ``after_report(run_context, metrics: list[dict], checkpoint)``
+            (2.x's UserCallback; run_context is None), called in the driver with every worker's
+            metrics for each round of ``report``; ``after_exception(run_context, worker_exceptions)``
+            when workers fail.
+        verbose: how much progress to print (Tune's levels 0-3).
+        stop: (Tune only) stop criteria, as ``tune.run``'s ``stop``.
     """
 
     name: str | None = None
@@ -248,8 +267,14 @@ class BackendConfig:
 
 @dataclass
 class TorchConfig(BackendConfig):
-    """The process group: ``backend`` None picks NCCL on GPU workers and gloo on CPU ones;
-    ``timeout_s`` bounds every collective (torch's default is 30 minutes, as in Ray)."""
+    """The torch.distributed process group of the workers.
+
+    Args:
+        backend: ``"nccl"`` or ``"gloo"``; None picks NCCL on GPU workers and gloo on CPU ones.
+        init_method: only ``"env"`` (Ray's default): ranks meet at ``MASTER_ADDR``/``MASTER_PORT``; on one
+            machine, in a private file store.
+        timeout_s: bound on every collective, in seconds (torch's default 30 minutes, as in Ray).
+    """
 
     backend: str | None = None
     init_method: str = "env"

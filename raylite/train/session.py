@@ -179,6 +179,7 @@ class TrainContext:
 
 
 def get_context() -> TrainContext:
+    """This worker's place in the run: ``get_world_rank()``, ``get_local_rank()``, ``get_world_size()``, ..."""
     return TrainContext()
 
 
@@ -232,6 +233,11 @@ def report(metrics: dict | None = None, checkpoint: Checkpoint | None = None, **
     The driver keeps rank 0's metrics as the run's history; the files of every rank's checkpoint
     are copied into the round's one checkpoint directory before this returns, so ``d`` may be
     deleted afterwards.
+
+    Args:
+        metrics: a dict of JSON-able values (numbers, strings, nested dicts).
+        checkpoint: this rank's files for the round's checkpoint (a ``Checkpoint``), or None.
+        **kwargs: 1.x's ``report(loss=l)``: the metrics as keywords.
     """
     if metrics is None:
         metrics = kwargs

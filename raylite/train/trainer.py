@@ -90,6 +90,14 @@ class Trainer:
 
     Workers stay warm between ``run`` calls; a failed run tears them down and the next one starts a
     new group. Each run writes ``logdir/run_NNN/``; ``last_result`` is its Result.
+
+    Args:
+        backend: ``"torch"``, a ``TorchConfig``, or a ``BackendConfig`` (no process group).
+        num_workers: training processes (at least 1).
+        use_gpu: True (a GPU each, NCCL), False (CPU, gloo) or ``"auto"``.
+        resources_per_worker: Ray's keys, ``{"CPU": 2, "GPU": 1, "custom": 1}``.
+        logdir: where runs are written (default under ``$RAYLITE_RESULTS_DIR`` or ``~/raylite_results``).
+        max_failures: restarts after a worker's death (-1: no limit); errors in train_func are not retried.
     """
 
     def __init__(self, backend="torch", num_workers: int = 1, use_gpu=False, resources_per_worker: dict | None = None,
@@ -170,7 +178,15 @@ class Trainer:
     def run(self, train_func, config: dict | None = None, callbacks: list | None = None,
             checkpoint: Checkpoint | None = None, checkpoint_strategy: CheckpointConfig | None = None) -> list:
         """Run ``train_func`` (or ``train_func(config)``) on every worker; returns their return values
-        in rank order. ``checkpoint`` is what ``train.get_checkpoint()`` returns at first."""
+        in rank order.
+
+        Args:
+            train_func: the training function, taking ``config`` or nothing.
+            config: passed to ``train_func``.
+            callbacks: 1.x ``TrainingCallback``-like objects: ``handle_result(results)`` per report round.
+            checkpoint: what ``train.get_checkpoint()`` returns at first.
+            checkpoint_strategy: which checkpoints to keep (a ``CheckpointConfig``).
+        """
         run_dir = self._next_run_dir()
         returns, _ = self._execute(train_func, config, run_dir, checkpoint, checkpoint_strategy, callbacks)
         return returns
@@ -344,7 +360,18 @@ class DataParallelTrainer:
     backend_config=None, scaling_config, run_config, resume_from_checkpoint).fit() -> Result``:
     ``train_loop_per_worker`` on every worker, with reports, checkpoints and restarts. The default
     ``BackendConfig()`` sets up no process group (each worker is on its own, for any framework);
-    a ``TorchConfig`` joins them in torch.distributed, as ``TorchTrainer`` does."""
+    a ``TorchConfig`` joins them in torch.distributed, as ``TorchTrainer`` does.
+
+    Args:
+        train_loop_per_worker: the training function, taking ``config`` or nothing.
+        train_loop_config: passed to it on every worker.
+        backend_config: the workers' framework set-up (default ``BackendConfig()``: none).
+        scaling_config: how many workers and what each holds (a ``ScalingConfig``).
+        run_config: name, storage, checkpoints, failures and callbacks (a ``RunConfig``).
+        resume_from_checkpoint: what ``train.get_checkpoint()`` returns at first (Ray V2 deprecates it).
+        datasets: Ray Data is not supported: a ``NotImplementedError`` saying how to feed data.
+        dataset_config: accepted for Ray's sake (as is ``metadata``).
+    """
 
     def __init__(self, train_loop_per_worker, *, train_loop_config: dict | None = None,
                  backend_config: BackendConfig | None = None, scaling_config: ScalingConfig | None = None,
@@ -374,6 +401,7 @@ class DataParallelTrainer:
         raise DeprecationWarning(RESTORE_DEPRECATION)
 
     def fit(self) -> Result:
+        """Train to the end and return the ``Result``; ``TrainingFailedError`` once ``max_failures`` is spent."""
         rc, sc = self.run_config, self.scaling_config
         if sc.num_workers == 0:
             return self._fit_local()
@@ -425,7 +453,18 @@ class DataParallelTrainer:
 class TorchTrainer(DataParallelTrainer):
     """Ray Train 2.x: ``TorchTrainer(train_loop_per_worker, train_loop_config=None, *, scaling_config,
     run_config, torch_config, resume_from_checkpoint).fit() -> Result``: a DataParallelTrainer whose
-    workers share a torch process group."""
+    workers share a torch process group.
+
+    Args:
+        train_loop_per_worker: the training function, taking ``config`` or nothing.
+        train_loop_config: passed to it on every worker.
+        torch_config: the process group (a ``TorchConfig``: backend, timeout).
+        scaling_config: how many workers and what each holds (a ``ScalingConfig``).
+        run_config: name, storage, checkpoints, failures and callbacks (a ``RunConfig``).
+        resume_from_checkpoint: what ``train.get_checkpoint()`` returns at first (Ray V2 deprecates it).
+        datasets: Ray Data is not supported: a ``NotImplementedError`` saying how to feed data.
+        dataset_config: accepted for Ray's sake (as is ``metadata``).
+    """
 
     def __init__(self, train_loop_per_worker, train_loop_config: dict | None = None, *,
                  torch_config: TorchConfig | None = None, scaling_config: ScalingConfig | None = None,
