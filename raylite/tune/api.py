@@ -52,14 +52,38 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
         reuse_actors: bool | None = None, progress_reporter=None) -> ExperimentAnalysis:
     """Run `trainable(config)` for every sampled config; returns an ExperimentAnalysis.
 
-    The trainable calls `tune.report({...})` once per iteration (and may pass `checkpoint=`);
-    `checkpoint_config=tune.CheckpointConfig(num_to_keep=N, ...)` bounds how many each trial keeps.
-    `fail_fast=True` stops the experiment at the first trial error; `"raise"` also raises it.
-    `log_to_file` also writes each trial's stdout/stderr into its directory (Ray's forms);
-    `trial_name_creator`/`trial_dirname_creator` name trials (`trial -> str`) as in Ray;
-    `reuse_actors` has no effect: trials are tasks on raylite's reused worker processes.
-    `progress_reporter`: a tune.CLIReporter shapes the status table; a ProgressReporter subclass replaces it.
-    See README "Hyperparameter search (raylite.tune)" for every argument.
+    The trainable calls `tune.report({...})` once per iteration (and may pass `checkpoint=`).
+    docs/tune.md has the whole story (search, schedulers, files, resume).
+
+    Args:
+        trainable: a function of `config` (or a `with_resources` / `with_parameters` wrapper of one).
+        config: the search space: values, `tune.uniform(...)`-style domains, `grid_search`, nested dicts.
+        num_samples: configs to sample (each grid point that many times; -1: until `time_budget_s`).
+        resources_per_trial: what each trial holds, `{"cpu": 1, "gpu": 0.5, "custom": 1}` or a
+            `PlacementGroupFactory` (summed); default one CPU.
+        metric: the reported metric that ranks trials (`"a/b"` reaches a nested one).
+        mode: `"min"` or `"max"` for `metric`.
+        search_alg: `OptunaSearch`, `BasicVariantGenerator` (the default) or a `ConcurrencyLimiter`.
+        scheduler: `FIFOScheduler` (default), `ASHAScheduler`, `MedianStoppingRule`, or an Optuna pruner.
+        stop: `{"metric": bound}`, a function `(trial_id, result) -> bool`, or a `Stopper`.
+        time_budget_s: seconds after which the experiment ends (running trials stop).
+        max_concurrent_trials: trials running at once (None: as many as resources allow).
+        storage_path: the experiments' root (default `$RAYLITE_RESULTS_DIR` or `~/raylite_results`).
+        name: the experiment's directory under `storage_path`.
+        resume: True/`"AUTO"` continues the named experiment; `"AUTO+ERRORED"` also retries errored
+            trials, `"AUTO+RESTART_ERRORED"` restarts them.
+        max_failures: retries of a failing trial from its latest checkpoint (-1: always).
+        raise_on_failed_trial: raise `TuneError` at the end if a trial ended in ERROR.
+        verbose: 0 silent, 1 status table, 2 a line per finished trial, 3 a line per result.
+        callbacks: `tune.Callback` subclasses, called with Ray's hooks.
+        local_dir: Ray's old name for `storage_path`.
+        checkpoint_config: how many checkpoints each trial keeps (`tune.CheckpointConfig`).
+        fail_fast: True stops the experiment at the first trial error; `"raise"` also raises it.
+        log_to_file: also write each trial's stdout/stderr into its directory (Ray's forms).
+        trial_name_creator: `trial -> str`, the trial's name, as in Ray.
+        trial_dirname_creator: `trial -> str`, the trial's directory name, as in Ray.
+        reuse_actors: no effect: trials are tasks on raylite's reused worker processes.
+        progress_reporter: a `tune.CLIReporter` shapes the status table; a `ProgressReporter` subclass replaces it.
     """
     from raylite.tune import reporters
     from raylite.tune.runner import TrialRunner

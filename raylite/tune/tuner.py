@@ -161,12 +161,22 @@ class RunConfig(_TrainRunConfig):
 
 @dataclass
 class TuneConfig:
-    """Ray's `TuneConfig`, its fields in its order. `max_concurrent_trials` 0 or None: no limit;
-    `time_budget_s` may be a `datetime.timedelta`; `trial_name_creator` / `trial_dirname_creator`
-    (`trial -> str`) name trials and their directories; `reuse_actors` is accepted and has no
-    effect (trials are tasks on raylite's reused worker processes). As in Ray, each trial runs in
-    its trial directory unless the environment sets `RAY_CHDIR_TO_TRIAL_DIR=0`; the deprecated
-    `chdir_to_trial_dir` is an error that says so."""
+    """Ray's `TuneConfig`, its fields in its order. As in Ray, each trial runs in its trial
+    directory unless the environment sets `RAY_CHDIR_TO_TRIAL_DIR=0`.
+
+    Args:
+        mode: `"min"` or `"max"` for `metric`.
+        metric: the reported metric that ranks trials.
+        search_alg: `OptunaSearch`, `BasicVariantGenerator` (the default) or a `ConcurrencyLimiter`.
+        scheduler: `ASHAScheduler`, `MedianStoppingRule`, `FIFOScheduler` or an Optuna pruner.
+        num_samples: configs to sample (-1: until `time_budget_s`).
+        max_concurrent_trials: trials at once; 0 or None: no limit.
+        time_budget_s: seconds (or a `datetime.timedelta`) after which the experiment ends.
+        reuse_actors: no effect (trials are tasks on raylite's reused worker processes).
+        trial_name_creator: `trial -> str`, the trial's name.
+        trial_dirname_creator: `trial -> str`, the trial's directory name.
+        chdir_to_trial_dir: deprecated, as in Ray: an error pointing to `RAY_CHDIR_TO_TRIAL_DIR`.
+    """
 
     mode: str | None = None
     metric: str | None = None
@@ -344,7 +354,14 @@ def _check_type(name: str, value, cls: type) -> None:
 
 
 class Tuner:
-    """Ray's `Tuner`: configure with `param_space`, `TuneConfig` and `RunConfig`, run with `fit()`."""
+    """Ray's `Tuner`: configure with `param_space`, `TuneConfig` and `RunConfig`, run with `fit()`.
+
+    Args:
+        trainable: a function of `config`, or a `TorchTrainer`/`DataParallelTrainer` (a Train run per trial).
+        param_space: the search space (for a trainer: `{"train_loop_config": {...}, "scaling_config": ...}`).
+        tune_config: search, scheduler and sampling (a `TuneConfig`).
+        run_config: name, storage, stop, failures, checkpoints and callbacks (a `tune.RunConfig`).
+    """
 
     def __init__(self, trainable: Callable | DataParallelTrainer, *, param_space: dict | None = None,
                  tune_config: TuneConfig | None = None, run_config: RunConfig | None = None):
