@@ -74,3 +74,46 @@ def test_fn_must_return_a_ref(ray_start):
     with pytest.raises(TypeError, match="must return an ObjectRef"):
         pool.submit(lambda a, v: v, 1)
     assert pool.has_free()
+
+
+def test_methods_with_num_returns(ray_start):
+    @ray.remote
+    class Pair:
+        @ray.method(num_returns=2)
+        def split(self, v):
+            return v, v * 10
+
+    pool = ray.util.ActorPool([Pair.remote(), Pair.remote()])
+    for v in range(3):   # more calls than actors: one waits in the pool
+        pool.submit(lambda a, v: a.split.remote(v), v)
+    assert [pool.get_next(timeout=30) for _ in range(3)] == [[0, 0], [1, 10], [2, 20]]
+    for v in range(3):
+        pool.submit(lambda a, v: a.split.remote(v), v)
+    assert sorted(pool.get_next_unordered(timeout=30) for _ in range(3)) == [[0, 0], [1, 10], [2, 20]]
+    assert list(pool.map(lambda a, v: a.split.remote(v), [4, 5])) == [[4, 40], [5, 50]]
+    assert list(pool.map_unordered(lambda a, v: a.split.remote(v), [6])) == [[6, 60]]
+    with pytest.raises(TypeError, match="list of int"):
+        pool.submit(lambda a, v: [v], 1)
+    assert pool.has_free()
+
+
+def test_a_dead_actor_leaves_the_pool(ray_start):
+    @ray.remote
+    class Mortal:
+        def die(self, _):
+            import os
+            os._exit(1)
+
+        def double(self, n):
+            return n * 2
+
+    pool = ray.util.ActorPool([Mortal.remote()])
+    pool.submit(lambda a, v: a.die.remote(v), 0)
+    pool.submit(lambda a, v: a.double.remote(v), 1)   # waits for an actor
+    with pytest.raises(ray.exceptions.ActorDiedError):
+        pool.get_next(timeout=30)
+    assert not pool.has_free() and not pool.has_next()   # as Ray: never handed out again
+    survivor = Doubler.remote()
+    pool.push(survivor)   # the waiting call runs on it
+    assert pool.get_next(timeout=30) == 2
+    assert pool.pop_idle() is survivor

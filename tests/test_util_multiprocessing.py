@@ -8,7 +8,9 @@ import time
 import pytest
 
 import raylite as ray
-from raylite.util.multiprocessing import JoinableQueue, Pool, TimeoutError
+from raylite.util.multiprocessing import JoinableQueue, Pool, PoolTaskError, TimeoutError
+
+from helpers import wait_until
 
 
 def _square():   # built inside each test, so it travels by value (workers never import tests)
@@ -100,3 +102,83 @@ def test_close_join_terminate_and_bad_arguments(ray_start):
 
 def test_the_module_has_rays_names():
     assert TimeoutError is multiprocessing.TimeoutError and JoinableQueue is multiprocessing.JoinableQueue
+
+
+def _gated(gate: str):
+    """A function whose item 1 waits for the file ``gate`` (the test creates it when it wants)."""
+    def run(x):
+        import os
+        import time
+        while x == 1 and not os.path.exists(gate):
+            time.sleep(0.01)
+        return x
+    return run
+
+
+def test_imap_is_an_iterator_with_next_timeout(ray_start, tmp_path):
+    gate = str(tmp_path / "gate")
+    with Pool(2) as pool:
+        it = pool.imap(_gated(gate), range(5))
+        assert iter(it) is it
+        assert it.next() == 0
+        with pytest.raises(TimeoutError):   # multiprocessing.TimeoutError, as the stdlib's
+            it.next(timeout=0.05)
+        open(gate, "w").close()
+        assert it.next(timeout=30) == 1 and list(it) == [2, 3, 4]
+        with pytest.raises(StopIteration):
+            it.next()
+
+        gate = str(tmp_path / "gate2")
+        it = pool.imap_unordered(_gated(gate), range(4))
+        firsts = {it.next(timeout=30) for _ in range(3)}   # item 1 is held back
+        with pytest.raises(TimeoutError):
+            it.next(timeout=0.05)
+        open(gate, "w").close()
+        assert firsts == {0, 2, 3} and it.next(timeout=30) == 1
+
+
+def test_imap_starts_work_when_called(ray_start, tmp_path):
+    def touch(x):
+        open(os.path.join(str(tmp_path), str(x)), "w").close()
+        return x
+
+    with Pool(2) as pool:
+        it = pool.imap(touch, range(2))   # submitted at once, as the stdlib's (not when first read)
+        wait_until(lambda: sorted(os.listdir(tmp_path)) == ["0", "1"], timeout=30)
+        assert list(it) == [0, 1]
+
+
+def test_imap_failed_items_come_back_in_place_and_spare_their_chunk(ray_start):
+    def fail_on_three_and_six(x):
+        if x in (3, 6):
+            raise ValueError(f"bad item {x}")
+        return x
+
+    with Pool(2) as pool:
+        ordered = list(pool.imap(fail_on_three_and_six, range(8), chunksize=3))
+        unordered = list(pool.imap_unordered(fail_on_three_and_six, range(8), chunksize=3))
+    assert [r for r in ordered if not isinstance(r, PoolTaskError)] == [0, 1, 2, 4, 5, 7]
+    for i in (3, 6):   # Ray's Pool: the error in the item's place, the iteration goes on
+        assert isinstance(ordered[i].underlying, ValueError) and f"bad item {i}" in str(ordered[i].underlying)
+    assert sorted(r for r in unordered if not isinstance(r, PoolTaskError)) == [0, 1, 2, 4, 5, 7]
+    assert sum(isinstance(r, PoolTaskError) for r in unordered) == 2
+
+
+def test_imap_finishes_after_close(ray_start):
+    square = _square()
+    pool = Pool(1)
+    it = pool.imap(square, range(10))
+    assert next(it) == 0
+    pool.close()   # the stdlib lets work already given to imap finish
+    assert list(it) == [x * x for x in range(1, 10)]
+    pool.join()
+    with pytest.raises(ValueError, match="Pool not running"):
+        pool.imap(square, [1])
+
+
+def test_imap_bad_arguments_raise_before_any_work(ray_start):
+    with Pool(1) as pool:
+        with pytest.raises(TypeError, match="not iterable"):
+            pool.imap(abs, 3)
+        with pytest.raises(ValueError, match="chunksize=0"):
+            pool.imap_unordered(abs, [1], chunksize=0)

@@ -3,14 +3,21 @@ written for `multiprocessing.Pool` runs on the runtime by changing one import.
 
 Each pool process is an actor: the initializer runs once in it, and its module state lasts
 across tasks, as in a process pool. Work goes out in chunks, round-robin over the actors; a
-chunk counts as one task for `maxtasksperchild`, as in the standard library.
+chunk counts as one task for `maxtasksperchild`, as in the standard library. `imap` and
+`imap_unordered` return an iterator with the stdlib's `next(timeout)`; as in Ray's Pool, an
+item that raised comes back as a `PoolTaskError` in its place.
 """
 from __future__ import annotations
 
 import itertools
 import multiprocessing
+import os
 import threading
+import time
+import traceback
 import warnings
+import weakref
+from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
 import raylite as ray
@@ -31,6 +38,102 @@ class _PoolProcess:
 
     def run_chunk(self, fn: Callable, chunk: list, star: bool) -> list:
         return [fn(*args) for args in chunk] if star else [fn(arg) for arg in chunk]
+
+    def run_each(self, fn: Callable, chunk: list, star: bool) -> list:
+        """(True, value) or (False, error) per item, so one failed item spares the rest of its chunk."""
+        out = []
+        for args in chunk:
+            try:
+                out.append((True, fn(*args) if star else fn(args)))
+            except Exception as e:  # noqa: BLE001 - handed back in the item's place
+                name = getattr(fn, "__name__", type(fn).__name__)
+                out.append((False, ray.exceptions.RayTaskError(name, traceback.format_exc(), e, os.getpid())))
+        return out
+
+
+class PoolTaskError(Exception):
+    """A failed item of ``imap``/``imap_unordered``, in the item's place (as Ray's Pool); the
+    item's exception is ``underlying``, a RayTaskError that is also of the raised class."""
+
+    def __init__(self, underlying: BaseException):
+        super().__init__(underlying)
+        self.underlying = underlying
+
+
+class IMapIterator:
+    """What ``imap`` and ``imap_unordered`` return, as the standard library's: iterate it, or call
+    ``next(timeout)``, which raises multiprocessing.TimeoutError if no result came in time.
+
+    The input is read lazily: each pool process has one chunk at a time and gets the next when
+    it finishes (as the stdlib's free process takes the next task), so a slow item holds back
+    only its own process. ``Pool.close`` sends the rest at once, so the iteration still
+    completes, as in the stdlib."""
+
+    def __init__(self, pool: Pool, func: Callable, items: Iterator, chunksize: int, ordered: bool):
+        self._pool, self._func, self._items = pool, func, items
+        self._chunksize, self._ordered = chunksize, ordered
+        self._running: dict = {}    # chunk's ref -> (chunk index, actor index, chunk length)
+        self._finished: dict = {}   # ordered: chunk index -> its results, until its turn
+        self._ready: deque = deque()
+        self._submitted = 0         # chunks sent
+        self._next_chunk = 0        # ordered: the chunk whose results come next
+        self._lock = threading.Lock()
+        for index in range(len(pool._actors)):
+            self._submit(index)
+
+    def _submit(self, index: int | None) -> None:
+        """Send the next chunk of the input (to actor ``index``), if any is left."""
+        with self._lock:
+            chunk = list(itertools.islice(self._items, self._chunksize))
+            if not chunk:
+                return
+            ref = self._pool._submit(self._func, chunk, False, index, each=True)
+            self._running[ref] = (self._submitted, index, len(chunk))
+            self._submitted += 1
+
+    def _submit_all(self) -> None:
+        while True:
+            before = self._submitted
+            self._submit(None)
+            if self._submitted == before:
+                return
+
+    def __iter__(self) -> IMapIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return self.next()
+
+    def next(self, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ready:
+            if self._ordered and self._next_chunk in self._finished:
+                self._ready.extend(self._finished.pop(self._next_chunk))
+                self._next_chunk += 1
+                continue
+            if not self._running:
+                raise StopIteration
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, _ = ray.wait(list(self._running), num_returns=1, timeout=left)
+            if not done:
+                raise TimeoutError(f"no result within {timeout} s")
+            chunk_index, index, length = self._running.pop(done[0])
+            results = self._results(done[0], length)
+            if not self._pool._closed:
+                self._submit(index)
+            if self._ordered:
+                self._finished[chunk_index] = results
+            else:
+                self._ready.extend(results)
+        return self._ready.popleft()
+
+    @staticmethod
+    def _results(ref, length: int) -> list:
+        try:
+            pairs = ray.get(ref)
+        except ray.exceptions.RayError as e:   # the whole chunk failed (its process died, ...)
+            return [PoolTaskError(e)] * length
+        return [value if ok else PoolTaskError(value.as_instanceof_cause()) for ok, value in pairs]
 
 
 def _positive(value, field: str) -> None:
@@ -116,6 +219,7 @@ class Pool:
         self._next = itertools.cycle(range(processes))
         self._closing: list = []
         self._closed = False
+        self._iterators: weakref.WeakSet = weakref.WeakSet()   # imap iterators still submitting
         self._lock = threading.Lock()
         ray.get([a.ready.remote() for a in self._actors])   # an initializer's error raises here
 
@@ -124,11 +228,13 @@ class Pool:
         if self._closed:
             raise ValueError("Pool not running")
 
-    def _submit(self, fn: Callable, chunk: list, star: bool):
+    def _submit(self, fn: Callable, chunk: list, star: bool, index: int | None = None, each: bool = False):
+        """Run one chunk on the next actor round-robin (or on actor ``index``); ``each``: as
+        run_each, one result or error per item."""
         with self._lock:
             self._check_running()
-            i = next(self._next)
-            ref = self._actors[i].run_chunk.remote(fn, chunk, star)
+            i = next(self._next) if index is None else index
+            ref = (self._actors[i].run_each if each else self._actors[i].run_chunk).remote(fn, chunk, star)
             self._done[i] += 1
             if self._max_tasks is not None and self._done[i] >= self._max_tasks:   # retire after its calls
                 self._closing.append(self._actors[i].__ray_terminate__.remote())
@@ -169,33 +275,26 @@ class Pool:
         refs = [self._submit(func, [tuple(a) for a in chunk], True) for chunk in self._chunks(iterable, chunksize)]
         return AsyncResult(refs, False, callback, error_callback)
 
-    def imap(self, func: Callable, iterable: Iterable, chunksize: int = 1) -> Iterator:
-        """Results in input order, lazily: at most two chunks per process in flight."""
-        pending: list = []
-        for chunk in self._chunks(iterable, chunksize):
-            pending.append(self._submit(func, chunk, False))
-            if len(pending) >= 2 * len(self._actors):
-                yield from ray.get(pending.pop(0))
-        for ref in pending:
-            yield from ray.get(ref)
+    def imap(self, func: Callable, iterable: Iterable, chunksize: int = 1) -> IMapIterator:
+        """Results in input order, as an iterator with ``next(timeout)``; a failed item comes back
+        as a PoolTaskError in its place (Ray's Pool does so; the standard library raises it)."""
+        return self._iterate(func, iterable, chunksize, ordered=True)
 
-    def imap_unordered(self, func: Callable, iterable: Iterable, chunksize: int = 1) -> Iterator:
-        """Results as they finish, lazily: at most two chunks per process in flight."""
-        pending: list = []
-        chunks = self._chunks(iterable, chunksize)
-        for chunk in chunks:
-            pending.append(self._submit(func, chunk, False))
-            if len(pending) >= 2 * len(self._actors):
-                break
-        while pending:
-            [done], pending = ray.wait(pending, num_returns=1)
-            chunk = next(chunks, None)
-            if chunk is not None:
-                pending.append(self._submit(func, chunk, False))
-            yield from ray.get(done)
+    def imap_unordered(self, func: Callable, iterable: Iterable, chunksize: int = 1) -> IMapIterator:
+        """As ``imap``, in the order the chunks finish."""
+        return self._iterate(func, iterable, chunksize, ordered=False)
+
+    def _iterate(self, func: Callable, iterable: Iterable, chunksize: int, ordered: bool) -> IMapIterator:
+        self._check_running()
+        _positive(chunksize, "chunksize")
+        iterator = IMapIterator(self, func, iter(iterable), chunksize, ordered)   # iter(): a TypeError here
+        self._iterators.add(iterator)
+        return iterator
 
     # -- lifecycle, as the stdlib's: close lets queued work finish, terminate stops it --
     def close(self) -> None:
+        for iterator in list(self._iterators):   # as the stdlib: work imap was given still runs
+            iterator._submit_all()
         with self._lock:
             if not self._closed:
                 self._closed = True
