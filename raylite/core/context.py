@@ -1,10 +1,16 @@
-"""`get_runtime_context()`: who is running (task, actor, job) and with which resources."""
+"""`get_runtime_context()`: who is running (task, actor, job) and with which resources.
+
+As in Ray, ``get_runtime_context()`` in a driver that has not called ``init()`` starts the
+runtime first, so its ids are real ones; a context kept past ``shutdown()`` raises for what
+only a running runtime knows (Ray's RuntimeError or RaySystemError), never stale or made-up ids.
+"""
 from __future__ import annotations
 
 import os
 import warnings
 from contextvars import ContextVar
 
+from raylite import exceptions
 from raylite.core import ray_backend
 from raylite.core.objects import process
 from raylite.core.resources import ACCELERATOR_RESOURCES
@@ -105,16 +111,37 @@ def _deprecated(use: str) -> None:
     warnings.warn(f"Use {use} instead", DeprecationWarning, stacklevel=3)
 
 
+def connected() -> bool:
+    """Whether this process belongs to a running local runtime (a driver after init(), or a worker)."""
+    return process.client is not None
+
+
+def _require(what: str) -> None:
+    """Ray's RuntimeError for an id asked of a process that no runtime runs."""
+    if not connected():
+        raise RuntimeError(f"{what} is not available because raylite has not been initialized: "
+                           "call ray.init() first")
+
+
+def _check_connected() -> None:
+    """Ray's check_connected(): a RaySystemError outside a running runtime."""
+    if not connected():
+        raise exceptions.RaySystemError("raylite has not been started yet. You can start it with 'ray.init()'.")
+
+
 class RuntimeContext:
     """Ray's RuntimeContext accessors for the calling process."""
 
     def get_job_id(self) -> str:
+        _require("Job ID")
         return _process.job_id
 
     def get_node_id(self) -> str:
+        _require("Node ID")
         return _process.node_id
 
     def get_worker_id(self) -> str:
+        _require("Worker ID")
         return f"{_process.worker_id:016x}"
 
     def get_task_id(self) -> str | None:
@@ -163,8 +190,7 @@ class RuntimeContext:
 
     def get_session_name(self) -> str:
         """``session_<id>``, the name of the running session's log directory under get_temp_dir()."""
-        if process.client is None:
-            raise RuntimeError("Session name is not available because raylite has not been initialized.")
+        _require("Session name")
         from raylite.core.segments import SEGMENT_PREFIX
         return f"session_{process.client.shm_prefix[len(SEGMENT_PREFIX):-1]}"
 
@@ -178,12 +204,16 @@ class RuntimeContext:
 
     def get_node_labels(self) -> dict[str, str]:
         """The node's labels, as the state API's ``list_nodes`` reports them."""
+        _check_connected()
         return dict(node_labels())
 
     def get_assigned_resources(self) -> dict[str, float]:
+        """What the running task or actor holds ({} in the driver, which holds nothing)."""
+        _check_connected()
         return dict(_now().assigned)
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
+        _check_connected()
         ids = _now().accelerator_ids   # only the resources this task holds travel with it
         return {r: list(ids.get(r, ())) for r in ACCELERATOR_RESOURCES}
 
@@ -243,11 +273,18 @@ class RuntimeContext:
 
     @property
     def namespace(self) -> str:
+        _require("Namespace")
         return _process.namespace
+
+    def get_dashboard_url(self) -> str:
+        """"" : the local runtime runs no dashboard (Ray gives "" when its dashboard is off)."""
+        _check_connected()
+        return ""
 
     @property
     def current_actor(self):
         """A handle to the actor this code runs in (to pass itself to other tasks)."""
+        _check_connected()
         actor_id = _now().actor_id
         if actor_id is None or _process.actor_meta is None:
             raise RuntimeError("current_actor is only available inside an actor")
@@ -255,11 +292,13 @@ class RuntimeContext:
         return ActorHandle(actor_id, _process.actor_meta)
 
     def get(self) -> dict[str, str]:
-        """Ray's summary dict: job, node and namespace, plus the task and actor ids when set."""
-        out = {"job_id": self.get_job_id(), "node_id": self.get_node_id(), "namespace": self.namespace}
+        """Ray's deprecated summary dict: job, node and namespace, plus the task and actor ids
+        when set; the ids answer ``.hex()`` as Ray's ID objects do."""
+        warnings.warn("Use get_xxx_id() methods to get relevant ids instead", DeprecationWarning, stacklevel=2)
+        out = {"job_id": _ID(self.get_job_id()), "node_id": _ID(self.get_node_id()), "namespace": self.namespace}
         for key, value in (("task_id", self.get_task_id()), ("actor_id", self.get_actor_id())):
             if value is not None:
-                out[key] = value
+                out[key] = _ID(value)
         return out
 
     def get_pid(self) -> int:
@@ -285,7 +324,11 @@ def _runtime_env_fields() -> dict:
 
 
 def get_runtime_context() -> RuntimeContext:
-    """raylite's context, or Ray's (same accessors) while the Ray backend runs."""
-    if process.client is None and (process.ray is not None or ray_backend.attach()):
-        return process.ray.get_runtime_context()
+    """raylite's context, or Ray's (same accessors) while the Ray backend runs. In a driver
+    without a runtime it starts one with the defaults first, as Ray's does."""
+    if process.client is None:
+        if process.ray is not None or ray_backend.attach():
+            return process.ray.get_runtime_context()
+        from raylite.core import api
+        api.init()
     return RuntimeContext()

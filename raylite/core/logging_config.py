@@ -51,8 +51,10 @@ class LoggingConfig:
 
 
 def _context() -> dict:
-    from raylite.core.context import get_runtime_context
-    ctx = get_runtime_context()
+    from raylite.core.context import RuntimeContext, connected
+    if not connected():   # a record logged after shutdown(): no ids to give (and none to make up)
+        return {}
+    ctx = RuntimeContext()
     out = {"job_id": ctx.get_job_id(), "worker_id": ctx.get_worker_id(), "node_id": ctx.get_node_id()}
     for key, value in (("actor_id", ctx.get_actor_id()), ("task_id", ctx.get_task_id()),
                        ("actor_name", ctx.get_actor_name() or None), ("task_name", ctx.get_task_name()),
