@@ -84,8 +84,11 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                     **({"labels": labels} if labels is not None else {}))
             from raylite.core import control
             from raylite.core import runtime_env as runtime_envs
+            from raylite.core.job_config import local_settings
             from raylite.core.zygote import Zygote
             control_on = control.enabled()
+            runtime_env, namespace, logging_config = local_settings(job_config, runtime_env, namespace,
+                                                                    logging_config)
             job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
             from raylite.core.labels import ACCELERATOR_TYPE_KEY, node_labels as labels_of_node
             node_id = os.urandom(14).hex()

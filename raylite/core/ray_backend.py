@@ -41,6 +41,8 @@ def connect(address: str | None, ignore_reinit_error: bool, log_to_driver: bool,
     options = {k: v for k, v in kwargs.items() if k in _RAY_INIT_KEYS and v is not None}
     if "logging_config" in options:   # raylite's LoggingConfig, as Ray's
         options["logging_config"] = ray.LoggingConfig(**options["logging_config"].to_dict())
+    if type(options.get("job_config")).__module__ == "raylite.core.job_config":   # raylite's JobConfig, as Ray's
+        options["job_config"] = _ray_job_config(ray, options["job_config"])
     if address:
         _check_reachable(address)
     try:
@@ -53,6 +55,19 @@ def connect(address: str | None, ignore_reinit_error: bool, log_to_driver: bool,
     global _connected
     process.ray, _connected = sys.modules[__name__], True
     return info
+
+
+def _ray_job_config(ray, ours):
+    """Ray's JobConfig with the fields of raylite's."""
+    theirs = ray.job_config.JobConfig(
+        jvm_options=ours.jvm_options, code_search_path=ours.code_search_path, runtime_env=ours.runtime_env,
+        _client_job=ours._client_job, metadata=ours.metadata, ray_namespace=ours.ray_namespace,
+        default_actor_lifetime=ours._default_actor_lifetime,
+        _disable_job_level_lineage_reconstruction=ours._disable_job_level_lineage_reconstruction,
+        _py_driver_sys_path=ours._py_driver_sys_path)
+    if ours.py_logging_config is not None:
+        theirs.set_py_logging_config(ray.LoggingConfig(**ours.py_logging_config.to_dict()))
+    return theirs
 
 
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
