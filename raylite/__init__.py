@@ -21,18 +21,33 @@ _HOMES = {
     "DynamicObjectRefGenerator": "raylite.core.streams", "ObjectRefGenerator": "raylite.core.streams",
     "timeline": "raylite.core.state_api",
     "LoggingConfig": "raylite.core.logging_config",
+    # Ray's ID types (ObjectID is ObjectRef's other name, as in Ray)
+    **dict.fromkeys(("ActorClassID", "ActorID", "FunctionID", "JobID", "NodeID", "TaskID", "UniqueID", "WorkerID"),
+                    "raylite.core.ids"),
+    "ObjectID": "raylite.core.objects:ObjectRef",
+    "PlacementGroupID": "raylite.core.placement_groups",
+    **dict.fromkeys(("Language", "cpp_function", "java_actor_class", "java_function"), "raylite.cross_language"),
+    "client": "raylite.client_builder", "ClientBuilder": "raylite.client_builder",
 }
-_SUBMODULES = ("util", "actor", "runtime_env", "cloudpickle", "dag")
+_SUBMODULES = ("util", "actor", "runtime_env", "cloudpickle", "dag", "job_config", "runtime_context",
+               "remote_function", "types", "experimental", "cross_language", "client_builder")
 
-__all__ = ["exceptions", "init", *_HOMES]
+SCRIPT_MODE, WORKER_MODE = 0, 1   # Ray's worker modes (a driver runs a script; a worker, tasks)
+
+__all__ = ["exceptions", "init", "SCRIPT_MODE", "WORKER_MODE", *_HOMES]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:   # what static analysers see (init with its full signature)
     from raylite.core.api import (available_resources, cancel, cluster_resources, get, get_actor, get_gpu_ids,
                                   init, is_initialized, kill, nodes, put, remote, shutdown, wait)
+    from raylite.client_builder import ClientBuilder, client
     from raylite.core.context import get_runtime_context
+    from raylite.core.ids import ActorClassID, ActorID, FunctionID, JobID, NodeID, TaskID, UniqueID, WorkerID
     from raylite.core.logging_config import LoggingConfig
     from raylite.core.objects import ObjectRef
+    from raylite.core.objects import ObjectRef as ObjectID
+    from raylite.core.placement_groups import PlacementGroupID
+    from raylite.cross_language import Language, cpp_function, java_actor_class, java_function
     from raylite.core.remote import ActorClass, ActorHandle, method
     from raylite.core.state_api import timeline
     from raylite.core.streams import DynamicObjectRefGenerator, ObjectRefGenerator
@@ -66,7 +81,8 @@ def __getattr__(name: str):
     home = _HOMES.get(name)
     if home is not None:
         import importlib
-        value = getattr(importlib.import_module(home), name)
+        home, _, attribute = home.partition(":")
+        value = getattr(importlib.import_module(home), attribute or name)
         globals()[name] = value   # once: later lookups are plain attribute reads
         return value
     if name in _SUBMODULES:   # ray.util (ray.util.ActorPool, ...), ray.actor, ray.dag, ...

@@ -1,12 +1,13 @@
-"""`ray.actor`: `exit_actor()`, with which an actor ends itself from inside one of its methods, and
-the actor types (`ActorClass`, `ActorHandle`, `ActorMethod`) that Ray code names in annotations."""
+"""`ray.actor`: `exit_actor()`, with which an actor ends itself from inside one of its methods,
+`method` (per-method options), and the actor types (`ActorClass`, `ActorHandle`, `ActorMethod`)
+that Ray code names in annotations."""
 from __future__ import annotations
 
 from raylite.core import context, ray_backend
 from raylite.core.objects import process
-from raylite.core.remote import ActorClass, ActorHandle, ActorMethod
+from raylite.core.remote import ActorClass, ActorHandle, ActorMethod, method
 
-__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor"]
+__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor", "method"]
 
 
 def exit_actor() -> None:
