@@ -16,7 +16,9 @@ from raylite import exceptions
 from raylite.core import segments
 from raylite.core.objects import process
 
-from helpers import wait_until
+from helpers import pid_alive, wait_until
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _session_files(pid: int | None = None) -> dict[str, int]:
@@ -139,3 +141,120 @@ def test_a_value_that_fails_half_way_through_serialization_leaves_no_segment(ray
     with pytest.raises(TypeError, match="Could not serialize"):
         ray.put([np.ones(1 << 20), threading.Lock()])
     assert set(_session_files()) - before == set()
+
+
+_SPAWN = """
+import os, subprocess
+kids = [subprocess.Popen(["sleep", "600"]).pid,                       # a child
+        subprocess.Popen(["sh", "-c", "sleep 600 & sleep 600; :"]).pid]   # a shell with its own child
+detached = subprocess.Popen(["sleep", "600"], start_new_session=True).pid
+"""
+
+
+def _descendants_of_shells(pids: list[int]) -> list[int]:
+    """pids and the children of each (the shell's sleep), from /proc."""
+    found = list(pids)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) in pids:
+                        found.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+def test_a_workers_children_end_with_it_but_a_detached_one_is_left_alone(ray_start):
+    """An actor starts a child, a shell with its own child, and a detached (setsid) process; once
+    the actor is killed, all but the detached one are gone."""
+    @ray.remote
+    class Spawner:
+        def spawn(self, code):
+            scope = {}
+            exec(code, scope)
+            return scope["kids"], scope["detached"], os.getpid()
+
+    actor = Spawner.remote()
+    kids, detached, worker_pid = ray.get(actor.spawn.remote(_SPAWN), timeout=60)
+    family = wait_until(lambda: (lambda f: f if len(f) >= 3 else None)(_descendants_of_shells(kids)), timeout=10)
+    try:
+        ray.kill(actor)
+        wait_until(lambda: not pid_alive(worker_pid), timeout=15, what="the actor's worker to end")
+        wait_until(lambda: not any(pid_alive(p) for p in family), timeout=15,
+                   what=f"the worker's children {family} to end")
+        assert pid_alive(detached), "the detached process was ended too"
+    finally:
+        for pid in family + [detached]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+_DRIVER = """
+import json, os, sys, time
+import raylite as ray
+ray.init(num_cpus=1)
+
+@ray.remote
+def spawn(code):
+    scope = {}
+    exec(code, scope)
+    return scope["kids"], scope["detached"]
+
+kids, detached = ray.get(spawn.remote(sys.argv[1]))
+print(json.dumps([kids, detached]), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_driver_killed_with_grandchildren_leaves_no_orphan(tmp_path):
+    """A driver SIGKILLed while its task's subprocesses (and theirs) run: all of them end, but the
+    one that detached."""
+    import json
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    driver = subprocess.Popen([sys.executable, "-c", _DRIVER, _SPAWN], stdout=subprocess.PIPE, cwd=tmp_path,
+                              env=env, text=True)
+    family, detached = [], None
+    try:
+        kids, detached = json.loads(driver.stdout.readline())
+        family = wait_until(lambda: (lambda f: f if len(f) >= 3 else None)(_descendants_of_shells(kids)),
+                            timeout=10)
+        driver.kill()
+        driver.wait(timeout=10)
+        wait_until(lambda: not any(pid_alive(p) for p in family), timeout=15,
+                   what=f"the task's processes {family} to end after the driver's SIGKILL")
+        orphans = [p for p in family if pid_alive(p)]
+        print(f"\norphans after the driver's SIGKILL: {len(orphans)} of {len(family)} processes")
+        assert pid_alive(detached), "the detached process was ended too"
+    finally:
+        driver.kill()
+        for pid in family + ([detached] if detached else []):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_killed_zygote_is_restarted_once_then_tasks_fail_saying_so(ray_start, capfd):
+    """The worker factory (zygote) SIGKILLed: the next task restarts it and runs, in the same
+    session; killed again, tasks fail with an error that says what happened (it was
+    "[Errno 32] Broken pipe" for every task)."""
+    node = process.client.node
+    one = ray.remote(lambda: 1)
+    assert ray.get(one.remote(), timeout=30) == 1
+
+    def kill_zygote():
+        pid = node.zygote.pid
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not pid_alive(pid), timeout=10, what="the zygote to die")
+        wait_until(lambda: not node.workers, timeout=15, what="its workers' deaths to be seen")
+        return pid
+
+    first = kill_zygote()
+    assert ray.get(one.remote(), timeout=60) == 1
+    assert node.zygote.pid != first and node.zygote.session == node.session
+    assert "worker factory (the zygote process, pid %d) died; restarted it" % first in capfd.readouterr().err
+
+    second = kill_zygote()
+    with pytest.raises(exceptions.RaySystemError, match=f"zygote process, pid {second}\\) died again"):
+        ray.get(one.options(max_retries=0).remote(), timeout=60)

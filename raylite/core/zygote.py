@@ -6,7 +6,8 @@ and asks it, over a SOCK_SEQPACKET pair, to fork a worker; the request carries t
 descriptors (control socket, stdout pipe, stderr pipe) and the environment to set before any user
 code runs. When the driver goes away, the zygote kills its workers, removes the session's
 shared-memory segments and runtime_env copies (raylite.core.working_dir) and exits; workers die
-with the zygote (PR_SET_PDEATHSIG).
+with the zygote (PR_SET_PDEATHSIG). The processes a task starts go with their worker: the zygote
+is their subreaper and ends them (see _Children) unless they detached with setsid.
 """
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ _MAX_REQUEST = 1 << 20
 class Zygote:
     """Driver-side handle: start the zygote and ask it for workers."""
 
-    def __init__(self):
-        self.session = f"{os.getpid()}-{os.urandom(4).hex()}"   # names the shm segments and log directory
+    def __init__(self, session: str | None = None):
+        # names the shm segments and log directory; a restarted zygote keeps its session's (see Node)
+        self.session = session or f"{os.getpid()}-{os.urandom(4).hex()}"
         self.ready = False
         self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -108,10 +110,13 @@ def _serve(sock, session: str) -> None:
         _preload(preload)
         _settle(libc, collect=True)
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
-    _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)   # children are reaped automatically
     me = os.getpid()
-    children: list[int] = []
+    children = _Children(libc)
     while True:
+        if children.wait(sock):   # one ended: reap it, and end what a dead worker left running
+            children.reap()
+            children.end_orphans()
+            continue
         try:
             data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
         except OSError:
@@ -124,6 +129,7 @@ def _serve(sock, session: str) -> None:
         pid = os.fork()
         if pid == 0:
             sock.close()
+            children.forget()
             # the C functions (as everywhere here): signal.signal's enum conversions copy ~35 pages per worker
             _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
@@ -139,17 +145,8 @@ def _serve(sock, session: str) -> None:
                 os._exit(code)
         for fd in fds:
             os.close(fd)
-        children = [c for c in children if _alive(c)] + [pid]
-    for pid in children:
-        try:
-            os.kill(pid, _signal.SIGKILL)
-        except OSError:
-            pass
-    try:
-        while True:
-            os.waitpid(-1, 0)
-    except ChildProcessError:
-        pass
+        children.workers.add(pid)
+    children.end_all()
     segments.remove_session_segments(session)
     from raylite.core import working_dir
     working_dir.remove_session(session)   # the copies of working_dir and py_modules
@@ -179,24 +176,116 @@ def _preload(names: str) -> None:
             sys.stderr.write(f"raylite: RAYLITE_PRELOAD could not import {name!r}: {e}\n")
 
 
-def _alive(pid: int) -> bool:
-    """Whether pid is still this zygote's child: children are reaped at once (SIGCHLD ignored), so
-    a dead worker's pid may already belong to some other process, which must not be killed."""
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _ignore(signum, frame) -> None:
+    """SIGCHLD's handler: the signal only wakes the zygote's loop (signal.set_wakeup_fd)."""
+
+
+class _Children:
+    """The zygote's children: its workers and, as their subreaper (PR_SET_CHILD_SUBREAPER), what a
+    dead worker left running (a task's subprocess, a DataLoader's workers, a shell), which the
+    kernel hands to the zygote instead of init. Those are ended, and all of them when the driver
+    goes, except a process that detached into a session of its own (setsid, Popen's
+    start_new_session=True): that one is left alone, as a daemon should be."""
+
+    def __init__(self, libc):
+        import select
+        self.select = select.select
+        self.workers: set[int] = set()
+        self.session = os.getsid(0)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        _signal.set_wakeup_fd(self.wake_w)
+        _signal.signal(_signal.SIGCHLD, _ignore)
+        if libc is not None:
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        self.me = os.getpid()
+
+    def forget(self) -> None:
+        """In a new worker: none of this is its business."""
+        _signal.set_wakeup_fd(-1)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+
+    def wait(self, sock, timeout: float | None = None) -> bool:
+        """Until the driver sends something (False) or a child ends (True)."""
+        ready = self.select([sock, self.wake_r], [], [], timeout)[0]
+        if self.wake_r not in ready:
+            return False
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+        return True
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.workers.discard(pid)
+
+    def end_orphans(self) -> int:
+        """SIGKILL the children that are no worker and did not detach; how many there were."""
+        orphans = [pid for pid in self._pids() if pid not in self.workers and self._attached(pid)]
+        for pid in orphans:
+            _kill(pid)
+        return len(orphans)
+
+    def end_all(self, timeout: float = 5.0) -> None:
+        """The driver went: end every worker, then what they leave (each death hands the zygote
+        the dead one's children), until only detached processes remain."""
+        for pid in self.workers:
+            _kill(pid)
+        self.workers.clear()
+        deadline = time.monotonic() + timeout
+        while True:
+            self.reap()
+            if not self.end_orphans() or time.monotonic() > deadline:
+                return
+            self.select([self.wake_r], [], [], 0.05)
+
+    def _pids(self) -> list[int]:
+        try:
+            with open(f"/proc/self/task/{self.me}/children", "rb") as f:
+                return [int(p) for p in f.read().split()]
+        except OSError:   # a kernel without that file: look through /proc
+            return [pid for pid in _all_pids() if _parent(pid) == self.me]
+
+    def _attached(self, pid: int) -> bool:
+        try:
+            return os.getsid(pid) == self.session
+        except OSError:
+            return False
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, _signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _all_pids() -> list[int]:
+    try:
+        return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return []
+
+
+def _parent(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[1]) == os.getpid()
-    except FileNotFoundError:   # gone, or no /proc at all (not Linux): then ask the kernel
-        return not os.path.isdir("/proc/self") and _exists(pid)
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
-        return False
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
+        return None
 
 
 def main() -> None:
