@@ -158,6 +158,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         self._sigint = None
         self._hold_interrupts()
         self.zygote = zygote
+        self.zygote_restarted = False   # see _fork
         self.thread = threading.Thread(target=self._loop, name="raylite-node", daemon=True)
         self.thread.start()
 
@@ -754,7 +755,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                   "site_dirs": runtime_env.site_dirs(env),
                   "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}
         try:
-            self.zygote.fork(config, [theirs.fileno(), out_w, err_w])
+            self._fork(config, [theirs.fileno(), out_w, err_w])
         except OSError:
             ours.close()
             os.close(out_r)
@@ -772,6 +773,26 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             os.set_blocking(fd, False)
             self.sel.register(fd, selectors.EVENT_READ, lambda ev, w=w, fd=fd, s=stream: self._on_output(w, fd, s))
         return w
+
+    def _fork(self, config: dict, fds: list[int]) -> None:
+        """Ask the zygote for a worker. One that died (killed, or by the out-of-memory killer) is
+        restarted once, in the same session, so the work goes on; after a second death every start
+        fails saying so (it was "[Errno 32] Broken pipe")."""
+        try:
+            return self.zygote.fork(config, fds)
+        except (BrokenPipeError, ConnectionResetError) as e:
+            died = self.zygote.pid
+            if self.zygote_restarted:
+                raise OSError(f"raylite's worker factory (the zygote process, pid {died}) died again after "
+                              f"its restart, so no worker can start; shut down and init() again") from e
+        self.zygote_restarted = True
+        self.zygote.close(0)   # (reaps it)
+        self.zygote = Zygote(self.session)
+        self.zygote.wait_ready()
+        why = f"raylite's worker factory (the zygote process, pid {died}) died; restarted it (pid {self.zygote.pid})"
+        self.cluster_events.add("ERROR", "RAYLET", why)
+        sys.stderr.write(f"raylite: {why}; its workers died with it\n")
+        self.zygote.fork(config, fds)
 
     def _on_worker(self, w: WorkerProc, events: int) -> None:
         if self.workers.get(w.index) is not w:   # an event select() gave before a reading thread
