@@ -242,6 +242,9 @@ def test_describe():
     assert node.describe({"CPU": U, "GPU": 4 * U}) == "{CPU: 1, GPU: 4}"
     assert node.describe({"CPU": 5000, "GPU": 2500}) == "{CPU: 0.5, GPU: 0.25}"
     assert node.describe(normalize_request(num_cpus=0.1 + 0.2)) == "{CPU: 0.3}"
+    # bytes in GiB (MiB below one), not raw counts
+    assert node.describe(normalize_request(num_cpus=1, memory=3 << 30)) == "{CPU: 1, memory: 3.0 GiB}"
+    assert node.describe({"object_store_memory": (512 << 20) * U}) == "{object_store_memory: 512.0 MiB}"
 
 
 def test_node_device_ids_validation_and_defaults():

@@ -75,6 +75,15 @@ def format_units(units: int) -> str:
     return f"{sign}{whole}.{frac:04d}".rstrip("0")
 
 
+BYTE_RESOURCES = ("memory", "object_store_memory")
+"""Resources counted in bytes: messages show them in GiB (or MiB), not as raw counts."""
+
+
+def format_bytes(n: int) -> str:
+    """2147483648 -> '2.0 GiB'; below a GiB in MiB."""
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 def _check_accelerator(resource: str, units: int, field: str) -> None:
     """Enforce the per-family request shapes that device slots can honour."""
     if not units:
@@ -310,5 +319,6 @@ class NodeResources:
         return short
 
     def describe(self, request: Mapping[str, int]) -> str:
-        """Human text such as '{CPU: 1, GPU: 0.5}' for error and pending messages."""
-        return "{" + ", ".join(f"{k}: {format_units(v)}" for k, v in request.items()) + "}"
+        """Human text such as '{CPU: 1, GPU: 0.5, memory: 2.0 GiB}' for error and pending messages."""
+        return "{" + ", ".join(f"{k}: {format_bytes(v // SCALE) if k in BYTE_RESOURCES else format_units(v)}"
+                               for k, v in request.items()) + "}"
