@@ -59,7 +59,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
 
     ``_zygote``: one raylite.init() started ahead; it is closed here unless the runtime adopts it."""
     global _node, _endpoint
-    zygote = _zygote
+    zygote, dashboard = _zygote, None
     try:
         if address is not None and not isinstance(address, str):   # init(4) meaning num_cpus=4
             raise TypeError(f"init()'s first argument is Ray's address ('auto', 'ray://host:10001', ...), "
@@ -89,6 +89,9 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             control_on = control.enabled()
             runtime_env, namespace, logging_config = local_settings(job_config, runtime_env, namespace,
                                                                     logging_config)
+            if include_dashboard:   # binds its port now: a port in use raises before anything starts
+                from raylite.core.dashboard import Dashboard
+                dashboard = Dashboard(dashboard_host, dashboard_port)
             job_env = runtime_envs.normalize(runtime_env, "init()")   # before anything starts
             from raylite.core.labels import ACCELERATOR_TYPE_KEY, node_labels as labels_of_node
             node_id = os.urandom(14).hex()
@@ -135,7 +138,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 raise
             process.client = DriverClient(_node)
             process.index = 0
-            _endpoint = control.start(_node) if control_on else None
+            _endpoint, dashboard = control.start(_node, control_on, dashboard), None
             context.set_process(job_id="01000000", node_id=node_id, worker_id=0, namespace=namespace,
                                 labels=node_labels)
             if logging_config is not None:
@@ -144,13 +147,16 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
     finally:
         if zygote is not None:
             zygote.close()
+        if dashboard is not None:   # init failed after binding its port
+            dashboard.close()
 
 
 def _context():
     if process.ray is not None:
         return process.ray.context()
+    url = _endpoint.info["dashboard_url"] if _endpoint is not None else None
     return RayContext(node_ip_address=NODE_IP, session_dir=segments.SHM_DIR, address="local",
-                      dashboard_url=None, node_id=context.get_runtime_context().get_node_id())
+                      dashboard_url=url, node_id=context.get_runtime_context().get_node_id())
 
 
 def is_initialized() -> bool:

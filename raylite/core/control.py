@@ -138,14 +138,21 @@ def _filters(raw) -> list[tuple]:
     return [tuple(f) for f in raw]
 
 
-def answer(endpoint: Endpoint, req: dict):
+def session_info(node, dashboard_url: str | None) -> dict:
+    """What session.json and the `info` request say of this driver."""
+    return {"session": node.session, "pid": os.getpid(), "started": time.time(), "cmdline": _cmdline(),
+            "cwd": os.getcwd(), "dashboard_url": dashboard_url, "python": sys.version.split()[0],
+            "node_id": node.node_id, "namespace": node.namespace}
+
+
+def answer(node, info: dict, req: dict):
     """The value for one request (raises on a bad one); the dashboard calls this too."""
     from raylite.core import state_api
-    op, node = req.get("op"), endpoint.node
+    op = req.get("op")
     if op == "info":
-        return endpoint.info
+        return info
     if op == "status":
-        return {**endpoint.info, "uptime_s": time.time() - endpoint.info["started"],
+        return {**info, "uptime_s": time.time() - info["started"],
                 **node.call_sync(_status, node), "panels": panels()}
     if op == "list":
         what = req.get("what")
@@ -197,20 +204,20 @@ _LISTERS = {"tasks": "list_tasks", "actors": "list_actors", "objects": "list_obj
 
 # ---------------------------------------------------------------- the endpoint
 class Endpoint:
-    """The socket server of one session; ``close`` removes the session directory."""
+    """The socket server of one session, and its dashboard if one was asked for; ``close`` stops
+    both and removes the session directory."""
 
-    def __init__(self, node, dashboard_url: str | None = None):
-        self.node = node
+    def __init__(self, node, info: dict, serve: bool, dashboard=None):
+        self.node, self.info, self.dashboard = node, info, dashboard
         self.dir = sessions.session_dir(node.session)
-        self.info = {"session": node.session, "pid": os.getpid(), "started": time.time(),
-                     "cmdline": _cmdline(), "cwd": os.getcwd(), "dashboard_url": dashboard_url,
-                     "python": sys.version.split()[0], "node_id": node.node_id, "namespace": node.namespace}
         self._sock: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._closed = False
         self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="raylite-control", daemon=True)
-        self.thread.start()
+        self.thread = None
+        if serve:
+            self.thread = threading.Thread(target=self._run, name="raylite-control", daemon=True)
+            self.thread.start()
 
     def _run(self) -> None:
         try:
@@ -254,7 +261,7 @@ class Endpoint:
                 req = json.loads(data)
                 if not isinstance(req, dict):
                     raise ValueError(f"a request is a JSON object, got {data[:80]!r}")
-                reply = {"ok": answer(self, req)}
+                reply = {"ok": answer(self.node, self.info, req)}
             except Exception as e:   # noqa: BLE001 - the client shows it
                 reply = {"error": str(e), "type": type(e).__name__}
             conn.sendall(json.dumps(reply, default=repr).encode() + b"\n")
@@ -264,11 +271,13 @@ class Endpoint:
     def close(self) -> None:
         """Stop answering and remove the session directory."""
         self._closed = True
+        if self.dashboard is not None:
+            self.dashboard.close()
         try:
             self._wake_w.send(b"x")
         except OSError:
             pass
-        if self.thread is not threading.current_thread():
+        if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(5)
         if self._sock is not None:
             self._sock.close()
@@ -293,6 +302,12 @@ def enabled() -> bool:
     return value not in ("0", "false", "off")
 
 
-def start(node, dashboard_url: str | None = None) -> Endpoint:
-    """The endpoint of this driver's session (its thread does the work)."""
-    return Endpoint(node, dashboard_url)
+def start(node, serve: bool, dashboard=None) -> Endpoint | None:
+    """This driver's session: its endpoint (a thread does the work) when ``serve``, and the
+    dashboard (raylite.core.dashboard) bound ahead, now given the node; None when neither runs."""
+    if not serve and dashboard is None:
+        return None
+    info = session_info(node, dashboard.url if dashboard is not None else None)
+    if dashboard is not None:
+        dashboard.start(node, info)
+    return Endpoint(node, info, serve, dashboard)
