@@ -5,7 +5,7 @@ import math
 from typing import Callable
 
 from raylite.train.config import CheckpointConfig, check_name
-from raylite.tune import _validate
+from raylite.tune import _validate, panel
 from raylite.tune.analysis import ExperimentAnalysis
 from raylite.train.config import check_fail_fast
 from raylite.tune.search import BasicVariantGenerator, Searcher, unwrap_limiter
@@ -118,7 +118,8 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
                          storage_path or local_dir, name, resume, max_failures, verbose, callbacks, checkpoint_config,
                          fail_fast, errored, trial_name_creator, trial_dirname_creator, log_to_file)
     runner.reporter = reporters.configure(runner.reporter, progress_reporter)
-    analysis = runner.run()
+    with panel.published(runner):   # to the raylite CLI and dashboard
+        analysis = runner.run()
     failed = [t for t in analysis.trials if t.status == ERROR]
     if failed and raise_on_failed_trial:
         raise TuneError(f"Trials did not complete: {failed} (see each trial's error.txt under "
