@@ -17,6 +17,7 @@ from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import (BackendConfig, CheckpointConfig, FailureConfig, RunConfig,
                                   ScalingConfig, TorchConfig, backend_config_from, default_storage_path)
 from raylite.train._placement import check_fits, resolve_use_gpu
+from raylite.train.progress import RunProgress
 from raylite.train.result import Result, RunRecorder
 from raylite.train.session import SessionInfo
 from raylite.train.worker_group import ReporterActor, WorkerGroup, is_death, takes_config
@@ -119,6 +120,7 @@ class Trainer:
         self.latest_run_dir: str | None = None
         self.last_result: Result | None = None
         self.worker_infos: list[dict] = []
+        self.verbose = 1   # driver-side progress (raylite.train.progress); 0: quiet
 
     # -- life cycle --
     def start(self, initialization_hook=None) -> None:
@@ -225,14 +227,17 @@ class Trainer:
                             f"was given; define it as train_func(config)")
         with self._lock:
             self.latest_run_dir = run_dir
+            shown = RunProgress(self, experiment_name, self.verbose)
             recorder = RunRecorder(run_dir, self._scaling.num_workers, checkpoint_config, callbacks, config, resume)
             error: BaseException | None = None
+            shown.start(recorder)
             try:
                 returns = self._attempts(train_func, config, recorder, checkpoint, experiment_name)
             except BaseException as e:
                 error = e
                 raise
             finally:
+                shown.close(error)
                 self.last_result = recorder.finish(error)
             return returns, self.last_result
 
@@ -414,6 +419,7 @@ class DataParallelTrainer:
         trainer = Trainer(self.backend_config, sc.num_workers, sc.use_gpu, sc.resources_per_worker,
                           max_failures=failure.max_failures)
         trainer._retry_errors = True
+        trainer.verbose = rc.verbose
         trainer._scaling = sc   # all of it (accelerator_type too), not only what Trainer's arguments carry
         trainer._preflight()   # configuration errors (no GPU, too many workers) raise as they are
         try:
