@@ -26,6 +26,7 @@ FIGURES = [
     ("startup_total_s", "   import + init + first task result", "s", ("<=", 0.15)),
     ("startup_ctl_s", "   same, median of 3 fresh processes (control endpoint on: the default)", "s", ("<=", 0.15)),
     ("startup_noctl_s", "   same with RAYLITE_CONTROL=0 (no control endpoint)", "s", None),
+    ("startup_dash_s", "   same with init(include_dashboard=True)", "s", None),
     ("sleep8_cold_s", "2. 8 tasks sleeping i/10 s, right after init(num_cpus=8)", "s", ("<=", 0.72)),
     ("sleep8_warm_s", "   same, second (warm) round", "s", ("<=", 0.72)),
     ("tiny_each_per_s", "3. tiny tasks, get each", "/s", (">=", 3000)),
@@ -171,13 +172,14 @@ def child(module, outfile, seconds):
         pass
 
     def startup_variants():   # raylite's knobs only: Ray has no control endpoint to turn off
-        for key, env in (("startup_ctl_s", {}), ("startup_noctl_s", {"RAYLITE_CONTROL": "0"})):
+        for key, env, kwargs in (("startup_ctl_s", {}, {}), ("startup_noctl_s", {"RAYLITE_CONTROL": "0"}, {}),
+                                 ("startup_dash_s", {}, {"include_dashboard": True, "dashboard_port": 0})):
             if module != "raylite":
                 emit(key, "n/a")
                 continue
-            runs = [startup_once(module, env) for _ in range(3)]
+            runs = [startup_once(module, env, kwargs) for _ in range(3)]
             emit(key, statistics.median(runs))
-    figure(("startup_ctl_s", "startup_noctl_s"), startup_variants)
+    figure(("startup_ctl_s", "startup_noctl_s", "startup_dash_s"), startup_variants)
 
     def session(init_kwargs, figures):
         try:
@@ -291,19 +293,20 @@ def child(module, outfile, seconds):
     out.close()
 
 # ---------------------------------------------------------------- parent side
-def startup_once(module, env):
-    """import + init + first task result in a fresh process (`--_startup MODULE`), in seconds."""
-    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--_startup", module], capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, **env))
+def startup_once(module, env, init_kwargs):
+    """import + init(**init_kwargs) + first task result in a fresh process (`--_startup MODULE
+    KWARGS`), in seconds."""
+    done = subprocess.run([sys.executable, os.path.abspath(__file__), "--_startup", module, json.dumps(init_kwargs)],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, **env))
     if done.returncode:
         raise RuntimeError(f"--_startup exited {done.returncode}: {done.stderr.strip()[-200:]}")
     return float(done.stdout.split()[-1])
 
-def startup(module):
+def startup(module, init_kwargs):
     t0 = perf_counter()
     import importlib
     ray = importlib.import_module(module)
-    ray.init()
+    ray.init(**json.loads(init_kwargs))
     assert ray.get(ray.remote(trivial).remote()) == 1
     print(perf_counter() - t0)
     ray.shutdown()
@@ -394,10 +397,10 @@ def main():
     ap.add_argument("--timeout", type=float, default=600, help="limit per backend, in seconds")
     ap.add_argument("-v", "--verbose", action="store_true", help="show the children's output")
     ap.add_argument("--_child", nargs=2, metavar=("MODULE", "OUTFILE"), help=argparse.SUPPRESS)
-    ap.add_argument("--_startup", metavar="MODULE", help=argparse.SUPPRESS)
+    ap.add_argument("--_startup", nargs=2, metavar=("MODULE", "KWARGS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._startup:
-        return startup(args._startup)
+        return startup(*args._startup)
     if args._child:
         return child(args._child[0], args._child[1], args.seconds)
     if args.backend is None:
