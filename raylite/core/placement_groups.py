@@ -85,7 +85,15 @@ def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "",
                     _max_cpu_fraction_per_node: float | None = None, bundle_label_selector: list | None = None,
                     **ray_only) -> PlacementGroup:
     """Reserve ``bundles`` (dicts of resource name to amount) together, placed asynchronously:
-    ``ray.get(pg.ready())`` waits for them."""
+    ``ray.get(pg.ready())`` waits for them.
+
+    Args:
+        bundles: the resources of each bundle, ``[{"CPU": 1, "GPU": 1}, ...]``.
+        strategy: ``"PACK"``, ``"SPREAD"``, ``"STRICT_PACK"`` or ``"STRICT_SPREAD"`` (all pack on one node).
+        name: a name for ``get_placement_group``.
+        lifetime: ``"detached"``: outlives its creator (here, until ``shutdown``).
+        bundle_label_selector: per bundle, node labels it needs (``[{"zone": "eu-1"}, ...]``).
+    """
     if (ray_util := _ray_util()) is not None:
         if bundle_label_selector is not None:
             ray_only["bundle_label_selector"] = bundle_label_selector

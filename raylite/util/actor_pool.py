@@ -16,6 +16,12 @@ import raylite as ray
 
 
 class ActorPool:
+    """Ray's ``ActorPool``: calls spread over a fixed set of actors, one call per actor at a time.
+
+    Args:
+        actors: the actor handles to use; ``push`` adds more, ``pop_idle`` takes one out.
+    """
+
     def __init__(self, actors: Iterable):
         self._idle = list(actors)
         self._pending: deque = deque()   # (fn, value) waiting for an idle actor

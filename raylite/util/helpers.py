@@ -21,7 +21,14 @@ def _ready_batch(refs: list, chunk_size: int, yield_obj_refs: bool, wait_kwargs:
 
 def as_completed(refs: Sequence, *, chunk_size: int = 10, yield_obj_refs: bool = False,
                  **wait_kwargs) -> Iterator[Any]:
-    """Yield each ref's value (or the ref) as batches of `chunk_size` become ready."""
+    """Yield each ref's value (or the ref) as batches of `chunk_size` become ready.
+
+    Args:
+        refs: the ObjectRefs to wait on.
+        chunk_size: how many ready refs each `wait` asks for.
+        yield_obj_refs: yield the refs themselves instead of their values.
+        **wait_kwargs: more arguments of `wait` (`timeout`, `fetch_local`).
+    """
     _check(chunk_size, wait_kwargs)
     pending = list(refs)
     while pending:
@@ -32,7 +39,16 @@ def as_completed(refs: Sequence, *, chunk_size: int = 10, yield_obj_refs: bool =
 def map_unordered(fn, items: Iterable, *, backpressure_size: int | None = 100, chunk_size: int = 10,
                   yield_obj_refs: bool = False, **wait_kwargs) -> Iterator[Any]:
     """`fn.remote(item)` for every item, yielding results as they finish, with at most
-    `backpressure_size` tasks submitted and not yet yielded (None: no limit)."""
+    `backpressure_size` tasks submitted and not yet yielded (None: no limit).
+
+    Args:
+        fn: a remote function.
+        items: the arguments, one task each.
+        backpressure_size: the most tasks submitted and not yet yielded (None: no limit).
+        chunk_size: how many ready refs each `wait` asks for.
+        yield_obj_refs: yield the refs themselves instead of their values.
+        **wait_kwargs: more arguments of `wait` (`timeout`, `fetch_local`).
+    """
     if backpressure_size is not None and backpressure_size < 1:
         raise ValueError(f"backpressure_size must be >= 1 or None, got {backpressure_size!r}")
     _check(chunk_size, wait_kwargs)

@@ -190,9 +190,14 @@ class AsyncResult:
 class Pool:
     """A pool of `processes` actors with `multiprocessing.Pool`'s methods.
 
-    `processes` defaults to the node's CPUs (starting the runtime if needed, with `ray_address`
-    passed to `init`); `ray_remote_args` are the actors' options (e.g. `{"num_gpus": 0.25}`).
-    `context` is accepted for compatibility and ignored: the runtime starts the processes.
+    Args:
+        processes: how many actors (default: the node's CPUs, starting the runtime if needed).
+        initializer: called as `initializer(*initargs)` once in each actor.
+        initargs: the arguments of `initializer`.
+        maxtasksperchild: an actor is replaced after this many tasks (None: never).
+        context: accepted for compatibility and ignored: the runtime starts the processes.
+        ray_address: passed to `init` when the pool starts the runtime.
+        ray_remote_args: the actors' options (e.g. `{"num_gpus": 0.25}`).
     """
 
     def __init__(self, processes: int | None = None, initializer: Callable | None = None,

@@ -52,7 +52,12 @@ def probe_gpu_resources(timeout: float | None = 240.0, num_gpus: float = 1, num_
     The answer is a snapshot: another task may take the GPU between the probe and your task, in
     which case your task simply waits for it as any GPU task does. Calls ``init()`` with the
     machine's defaults when the runtime is not initialised yet, as Ray's first ``.remote()``
-    does. ``timeout=None`` waits as long as it takes.
+    does.
+
+    Args:
+        timeout: seconds to wait for a GPU (None: as long as it takes), then the CPU options.
+        num_gpus: GPUs the work needs (a fraction shares one).
+        num_cpus: CPUs the work needs, in either answer.
     """
     import raylite as ray
 

@@ -23,6 +23,13 @@ class Full(_queue.Full):
 
 
 class Queue:
+    """Ray's ``Queue``: ``put``/``get`` with ``block`` and ``timeout``, batches, ``Empty``/``Full``.
+
+    Args:
+        maxsize: the most items it holds (0: no limit); a blocking ``put`` waits for room.
+        actor_options: ``.options(...)`` of the actor that holds the items (e.g. ``{"num_cpus": 0}``).
+    """
+
     def __init__(self, maxsize: int = 0, actor_options: dict | None = None):
         if not isinstance(maxsize, int) or maxsize < 0:
             raise ValueError(f"maxsize must be a non-negative int, got maxsize={maxsize!r}")
