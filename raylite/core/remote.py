@@ -187,6 +187,8 @@ class _Options:
 
 
 class RemoteFunction:
+    """What ``@ray.remote`` makes of a function: ``f.remote(*args)`` submits a task and returns its ref."""
+
     def __init__(self, function, options: dict):
         self._function = function
         self._name = getattr(function, "__name__", "task")
@@ -208,12 +210,14 @@ class RemoteFunction:
         return (RemoteFunction, (self._function, self._options))
 
     def options(self, **options) -> _Options:
+        """The same function with these of ``remote``'s options changed, for the next ``.remote()``."""
         merged = _validate({**self._options, **options}, TASK_OPTIONS, "remote functions")
         if options.keys() & _RESOURCE_KEYS:
             _request(merged, 1.0)   # validate now, not at .remote()
         return _Options(self, merged)
 
     def remote(self, *args, **kwargs):
+        """Submit a task with these arguments (refs among them are resolved first); returns its ref."""
         return self._remote(args, kwargs, self._options)
 
     bind = _bind
@@ -247,9 +251,13 @@ class RemoteFunction:
 
 
 def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None, **options):
-    """`@ray.method(num_returns=N)` on actor methods (or "streaming" / "dynamic" for generators),
-    `concurrency_group="name"` (the group of the actor's concurrency_groups it runs in), and
-    `max_task_retries=` / `retry_exceptions=` (the call runs again on those exceptions)."""
+    """`@ray.method(...)` on an actor method: its call options, as Ray's.
+
+    Args:
+        num_returns: refs a call returns (or "streaming" / "dynamic" for generators).
+        concurrency_group: the group of the actor's `concurrency_groups` it runs in.
+        **options: `name`, `max_task_retries` and `retry_exceptions` (the call runs again on those exceptions).
+    """
     _validate({**options, "num_returns": num_returns, "concurrency_group": concurrency_group}, _METHOD_OPTIONS,
               "@ray.method")
 
@@ -303,6 +311,8 @@ def _methods(cls) -> dict[str, int | str]:
 
 
 class ActorClass:
+    """What ``@ray.remote`` makes of a class: ``C.remote(*args)`` starts an actor, returning its handle."""
+
     def __init__(self, cls, options: dict):
         self._cls = cls
         self._name = cls.__name__
@@ -339,11 +349,13 @@ class ActorClass:
         return (ActorClass, (self._cls, self._options))
 
     def options(self, **options) -> _Options:
+        """The same class with these of ``remote``'s options changed (``name``, ``lifetime``, ...)."""
         merged = _validate({**self._options, **options}, ACTOR_OPTIONS, "actors")
         _request(merged, 0.0)
         return _Options(self, merged)
 
     def remote(self, *args, **kwargs) -> ActorHandle:
+        """Start an actor, its constructor called with these arguments; returns its handle at once."""
         return self._remote(args, kwargs, self._options)
 
     bind = _bind
