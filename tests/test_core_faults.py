@@ -207,9 +207,10 @@ time.sleep(600)
 """
 
 
-def test_a_driver_killed_with_grandchildren_leaves_no_orphan(tmp_path):
-    """A driver SIGKILLed while its task's subprocesses (and theirs) run: all of them end, but the
-    one that detached."""
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_a_driver_killed_with_grandchildren_leaves_no_orphan(tmp_path, how):
+    """A driver SIGKILLed (or interrupted: Ctrl-C) while its task's subprocesses (and theirs) run:
+    all of them end, but the one that detached."""
     import json
     import subprocess
     import sys
@@ -221,12 +222,12 @@ def test_a_driver_killed_with_grandchildren_leaves_no_orphan(tmp_path):
         kids, detached = json.loads(driver.stdout.readline())
         family = wait_until(lambda: (lambda f: f if len(f) >= 3 else None)(_descendants_of_shells(kids)),
                             timeout=10)
-        driver.kill()
-        driver.wait(timeout=10)
+        driver.send_signal(how)
+        driver.wait(timeout=30)
         wait_until(lambda: not any(pid_alive(p) for p in family), timeout=15,
-                   what=f"the task's processes {family} to end after the driver's SIGKILL")
+                   what=f"the task's processes {family} to end after the driver's {how.name}")
         orphans = [p for p in family if pid_alive(p)]
-        print(f"\norphans after the driver's SIGKILL: {len(orphans)} of {len(family)} processes")
+        print(f"\norphans after the driver's {how.name}: {len(orphans)} of {len(family)} processes")
         assert pid_alive(detached), "the detached process was ended too"
     finally:
         driver.kill()
@@ -258,3 +259,42 @@ def test_a_killed_zygote_is_restarted_once_then_tasks_fail_saying_so(ray_start, 
     second = kill_zygote()
     with pytest.raises(exceptions.RaySystemError, match=f"zygote process, pid {second}\\) died again"):
         ray.get(one.options(max_retries=0).remote(), timeout=60)
+
+
+def test_enospc_in_a_worker_writing_its_result_spills_it(ray_start):
+    """The same in a worker: its result's segment meets a full /dev/shm, the result spills to
+    disk and the driver reads it; no partial segment stays."""
+    import numpy as np
+    before = set(_session_files())
+
+    @ray.remote(max_calls=1)   # (the patched worker ends with the task)
+    def result_with_full_shm():
+        import errno as errno_
+        import os as os_
+        real_write, real_fallocate = os_.write, os_.posix_fallocate
+
+        def full(fd):
+            try:
+                return os_.path.basename(os_.readlink(f"/proc/self/fd/{fd}")).endswith("-w") and \
+                    os_.path.dirname(os_.readlink(f"/proc/self/fd/{fd}")) == "/dev/shm"
+            except OSError:
+                return False
+
+        def write(fd, data):
+            if full(fd):
+                raise OSError(errno_.ENOSPC, os_.strerror(errno_.ENOSPC))
+            return real_write(fd, data)
+
+        def fallocate(fd, offset, length):
+            if full(fd):
+                raise OSError(errno_.ENOSPC, os_.strerror(errno_.ENOSPC))
+            return real_fallocate(fd, offset, length)
+        os_.write, os_.posix_fallocate = write, fallocate
+        return np.arange(3 << 20, dtype=np.int64)
+
+    if segments.SHM_DIR != "/dev/shm":
+        pytest.skip("segments do not go to /dev/shm here")
+    ref = result_with_full_shm.remote()
+    assert np.array_equal(ray.get(ref, timeout=60), np.arange(3 << 20, dtype=np.int64))
+    new = set(_session_files()) - before
+    assert new and all(name.endswith(segments.SPILL_MARK) for name in new), new   # spilled, nothing partial

@@ -188,7 +188,7 @@ def _spill_or_fail(n: int, why: str = "") -> None:
     if not _spill_warned:
         _spill_warned = True
         import warnings
-        warnings.warn(f"raylite: {SHM_DIR} is full ({free / 2**20:.0f} MB free): objects that do not fit are "
+        warnings.warn(f"raylite: {SHM_DIR} is full ({free / 2**20:.0f} MB free{why}): objects that do not fit are "
                       f"spilled to {SPILL_DIR}, which is slower (Ray spills its object store to disk the same "
                       f"way). Free objects, or give /dev/shm more room (Docker: --shm-size).", stacklevel=3)
 
