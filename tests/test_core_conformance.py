@@ -160,3 +160,77 @@ def test_actor_calls_keep_order_per_caller_only(ray_start, tmp_path):
     assert ray.wait([second], timeout=0)[0] == []   # still behind the driver's first call
     gate.touch()
     assert ray.get([first, second]) == [11, 13]
+
+
+def test_a_blocked_actor_keeps_its_cpu_while_a_blocked_task_lends_it(ray_start):
+    """Ray releases the CPUs of a task blocked in get, never an actor's: what a probe (0 CPUs)
+    started from inside the get sees free."""
+    @ray.remote(num_cpus=0)
+    def probe(lent, patience):
+        deadline = time.monotonic() + patience
+        while ray.available_resources().get("CPU", 0.0) != lent and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return ray.available_resources().get("CPU", 0.0)
+
+    @ray.remote(num_cpus=1)
+    def task_blocked():
+        return ray.get(probe.remote(2.0, 20))
+
+    @ray.remote(num_cpus=1)
+    class Blocked:
+        def run(self):
+            return ray.get(probe.remote(2.0, 1))
+
+    assert ray.get(task_blocked.remote()) == 2.0
+    assert ray.get(Blocked.remote().run.remote()) == 1.0
+
+
+def test_what_fits_no_bundle_of_its_placement_group_is_a_value_error_at_remote(ray_start):
+    from raylite.util.placement_group import placement_group, remove_placement_group
+    from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 0.5}])
+    ray.get(pg.ready(), timeout=30)
+    in_pg = PlacementGroupSchedulingStrategy(pg)
+
+    @ray.remote(num_gpus=1)
+    def needs_a_gpu():
+        return 1
+
+    @ray.remote
+    class Big:
+        def ok(self):
+            return True
+
+    with pytest.raises(ValueError, match=r"Cannot schedule needs_a_gpu .*'GPU': 1.0\} cannot fit into any bundle"):
+        needs_a_gpu.options(scheduling_strategy=in_pg).remote()
+    with pytest.raises(ValueError, match=r"Cannot schedule Big .*\{'CPU': 2.0\}"):
+        Big.options(num_cpus=2, scheduling_strategy=in_pg).remote()
+    with pytest.raises(ValueError, match="cannot fit into bundle 1"):   # the one bundle it names
+        needs_a_gpu.options(num_gpus=0, num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
+    assert ray.get(Big.options(num_cpus=1, scheduling_strategy=in_pg).remote().ok.remote()) is True
+    remove_placement_group(pg)
+
+
+@pytest.mark.parametrize("where", ["task", "actor"])
+def test_streaming_generator_values_are_freed_once_the_consumer_drops_them(ray_start, where):
+    """Each yielded value goes once the caller's ref to it is gone, while the generator lives on."""
+    from raylite.util.state import list_objects
+
+    def values(n):
+        import numpy as np
+        for i in range(n):
+            yield np.full(1 << 20, i, dtype=np.uint8)
+
+    @ray.remote
+    class Source:
+        def values(self, n):
+            yield from values(n)
+
+    gen = ray.remote(values).remote(20) if where == "task" else Source.remote().values.remote(20)
+    ray.wait([gen.completed()], timeout=30)
+    for i, ref in enumerate(gen):
+        assert ray.get(ref)[0] == i
+        del ref
+    held = sum(o.object_size or 0 for o in list_objects())
+    assert held < 1 << 20, f"{held} bytes still stored after the consumer dropped every value"

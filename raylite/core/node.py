@@ -1033,7 +1033,10 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             self._lend_cpu(w)
 
     def _lend_cpu(self, w: WorkerProc) -> None:
-        """A worker blocked in get, wait or next gives its CPU back, so nested work cannot deadlock."""
+        """A task blocked in get, wait or next gives its CPU back, so nested work cannot deadlock.
+        An actor keeps what it holds, as in Ray (which releases CPUs for blocked tasks only)."""
+        if w.actor is not None:
+            return
         if w.next is not None:   # it may wait on the task queued behind it
             self._recall(w)
         if w.alloc is not None and not w.blocked:

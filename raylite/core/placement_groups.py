@@ -163,8 +163,9 @@ def get_current_placement_group() -> PlacementGroup | None:
     return PlacementGroup(pg_id, [{k: from_fixed(v) for k, v in b.items()} for b in bundles], ready_id)
 
 
-def placement_of(options: dict) -> tuple | None:
-    """(group id, bundle index, capture children) for a task's or actor's options, or None."""
+def placement_of(options: dict, request: dict[str, int], name: str) -> tuple | None:
+    """(group id, bundle index, capture children) for a task's or actor's options, or None.
+    A ValueError, as in Ray, when `request` (in units) fits in no bundle it may use."""
     strategy = options.get("scheduling_strategy")
     if isinstance(strategy, PlacementGroupSchedulingStrategy):
         group = strategy.placement_group
@@ -183,7 +184,22 @@ def placement_of(options: dict) -> tuple | None:
     if isinstance(index, bool) or not isinstance(index, int) or not -1 <= index < group.bundle_count:
         raise ValueError(f"placement_group_bundle_index must be -1 or in [0, {group.bundle_count}), "
                          f"got {index!r}")
+    _check_fits(group, index, request, name)
     return (group._pg_id, index, bool(capture))
+
+
+def _check_fits(group: PlacementGroup, index: int, request: dict[str, int], name: str) -> None:
+    """Ray refuses at `.remote()` what no bundle of its group can hold (it would pend forever);
+    here also what the one bundle it names cannot hold."""
+    bundles = group.bundle_specs if index < 0 else [group.bundle_specs[index]]
+    for bundle in bundles:
+        if all(to_fixed(bundle.get(k, 0), k) >= v for k, v in request.items()):
+            return
+    asked = {k: from_fixed(v) for k, v in request.items() if v}
+    where = f"any bundle of the placement group, {group.bundle_specs}" if index < 0 else \
+        f"bundle {index} of the placement group, {bundles[0]}"
+    raise ValueError(f"Cannot schedule {name} with the placement group because the resource request {asked} "
+                     f"cannot fit into {where}")
 
 
 def _bundle_units(i: int, bundle) -> dict[str, int]:

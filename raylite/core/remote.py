@@ -18,11 +18,11 @@ _PLACEMENT_KEYS = {"scheduling_strategy", "placement_group", "placement_group_bu
 _validate = _check_options   # (raylite.core.options: the option table, checked as Ray checks it)
 
 
-def _placement(options: dict):
+def _placement(options: dict, request: dict, name: str):
     if _PLACEMENT_KEYS.isdisjoint(options) and context.current_placement() is None:
         return None   # the common case, without importing placement groups
     from raylite.core.placement_groups import placement_of
-    return placement_of(options)
+    return placement_of(options, request, name)
 
 
 def _env(options: dict, name: str, holder) -> tuple | None:
@@ -241,7 +241,7 @@ class RemoteFunction:
         args_ser, deps = _pack_args(name, args, kwargs, client.shm_prefix)
         spec = TaskSpec("task", next_id(), name, args_ser, deps, return_ids,
                         self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries,
-                        runtime_env=_env(options, name, holder or self), placement=_placement(options),
+                        runtime_env=_env(options, name, holder or self), placement=_placement(options, request, name),
                         stream=stream, retry_exceptions=(self._retry_on if options is self._options
                                                          else _retry_on(options.get("retry_exceptions", False))),
                         unschedulable=_unschedulable(options, name))
@@ -384,7 +384,8 @@ class ActorClass:
                         concurrency_groups=options.get("concurrency_groups") or None,
                         out_of_order=_out_of_order(options, bool(self._async_default), concurrency),
                         runtime_env=_env(options, self._name, holder or self),
-                        placement=_placement(options), detached=options.get("lifetime") == "detached",
+                        placement=_placement(options, request, self._name),
+                        detached=options.get("lifetime") == "detached",
                         unschedulable=_unschedulable(options, self._name))
         spec.actor_id = spec.task_id
         if name is not None:   # at once, as in Ray: a taken name raises here (or get_if_exists returns it)

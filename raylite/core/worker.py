@@ -361,7 +361,7 @@ class _Executor:
         self.loop = self.loop or asyncio.new_event_loop()
         return self.loop.run_until_complete(coroutine)
 
-    def stream(self, spec: TaskSpec, values) -> streams.DynamicObjectRefGenerator:
+    def stream(self, spec: TaskSpec, values) -> streams.DynamicObjectRefGenerator | int:
         """Send each value a generator task yields as its own object, as soon as it is yielded."""
         if not hasattr(values, "__next__"):
             raise TypeError(f"{spec.name} has num_returns={spec.stream!r} but returned "
@@ -374,20 +374,20 @@ class _Executor:
             if spec.stream != "dynamic":
                 raise
             refs.append(self.send_item(spec, len(refs), None, _error(spec.name, e)))
-        return streams.DynamicObjectRefGenerator(refs)
+        return _streamed(spec, refs)
 
-    async def stream_async(self, spec: TaskSpec, values) -> streams.DynamicObjectRefGenerator:
+    async def stream_async(self, spec: TaskSpec, values) -> streams.DynamicObjectRefGenerator | int:
         refs = []
         async for value in values:
             refs.append(self.send_item(spec, len(refs), value))
-        return streams.DynamicObjectRefGenerator(refs)
+        return _streamed(spec, refs)
 
     def send_item(self, spec: TaskSpec, index: int, value, ser=None) -> objects.ObjectRef:
         completion = spec.return_ids[0]
         oid = streams.item_id(completion, index)
         ser = ser if ser is not None else serialization.dumps(value, self.client.shm_prefix)
         self.client.send(("item", completion, index, ser))
-        return objects.ObjectRef(oid)   # pickled into the task's result, which then holds it
+        return objects.ObjectRef(oid)   # for "dynamic", pickled into the task's result, which then holds it
 
     def arguments(self, spec: TaskSpec, deps: dict) -> tuple[list, dict]:
         return serialization.loads_args(spec.args, {oid: _value(ser) for oid, ser in deps.items()} if deps else {})
@@ -448,6 +448,13 @@ class _Executor:
             raise ValueError(f"{spec.name} declared num_returns={n} but its generator yielded "
                              f"{'more' if len(out) > n else len(out)} values")
         return out
+
+
+def _streamed(spec: TaskSpec, refs: list) -> streams.DynamicObjectRefGenerator | int:
+    """A generator task's own result: with "dynamic", the refs of what it yielded (held by that
+    value); with "streaming", how many values (the caller took each ref as it came, and holding
+    them here too would keep every value until the generator is dropped)."""
+    return streams.DynamicObjectRefGenerator(refs) if spec.stream == "dynamic" else len(refs)
 
 
 def actor_method(actor, name: str):
