@@ -229,6 +229,12 @@ class TuneReportCheckpointCallback(_ReportCallback):
     writes the file into a new directory per report, which ``tune.report`` / ``train.report``
     copy into the trial's (run's) own storage. The directory is made under ``dirpath`` and kept
     there when ``dirpath`` is given; by default it is a temporary one, removed after the report.
+
+    Args:
+        metrics: which ``trainer.callback_metrics`` to report, as ``TuneReportCallback``'s.
+        filename: the checkpoint file's name inside the reported directory.
+        on: the hook (or hooks) to report at, as ``TuneReportCallback``'s.
+        dirpath: where the checkpoint directories are made and kept (default: temporary ones).
     """
 
     def __init__(self, metrics=None, filename: str = "checkpoint", on="validation_end", dirpath: str | None = None):

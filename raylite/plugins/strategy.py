@@ -201,6 +201,14 @@ class RayStrategy(_RayWorkers, DDPStrategy):
     rank at the same step with Lightning's ``SIGTERMException``. Buckets over 1 MiB, a
     ``ddp_comm_hook`` of your own, or ``RAYLITE_LIGHTNING_FASTPATH=0`` (set in the driver) keep
     gloo for gradients.
+
+    Args:
+        num_workers: training processes (worker actors).
+        num_cpus_per_worker: CPUs each worker holds.
+        use_gpu: a GPU for each worker, NCCL (else CPU, gloo).
+        resources_per_worker: more resources each holds; ``"CPU"`` / ``"GPU"`` keys override the two above.
+        init_hook: a function run once in each worker when it starts.
+        **ddp_kwargs: ``DDPStrategy``'s arguments (``find_unused_parameters``, ``static_graph``, ``timeout``, ...).
     """
 
     strategy_name = "raylite_ddp"
