@@ -8,7 +8,7 @@ import sys
 import time
 from collections import deque
 
-from raylite.core import log_dedup
+from raylite.core import bars, log_dedup
 from raylite.core.workers import WorkerProc
 
 MAX_PARTIAL_LINE = 1 << 16   # worker output without a newline is printed once this long
@@ -84,6 +84,8 @@ class WorkerOutput:
             else:
                 w.err_fd = -1
             data = b"\n" if w.partial.get(fd) else b""
+            if (live := bars.live()) is not None:
+                live.forget(w.pid)
         text = w.partial.pop(fd, b"") + data
         *lines, rest = text.split(b"\n")
         rest = _last_drawing(rest)   # a progress bar redraws its line with \r for days
@@ -107,6 +109,10 @@ class WorkerOutput:
             self._emit(w, stream, lines)
 
     def _emit(self, w: WorkerProc, stream: str, lines: list[bytes]) -> None:
+        if any(line.startswith(bars.MAGIC_BYTES) for line in lines):   # tqdm_ray's states: the driver draws them
+            lines = bars.board().take(f"({w.name} pid={w.pid}) ", w.pid, lines)
+            if not lines:
+                return
         self.recent_output.add(w, stream, lines)
         if self.log_dir is not None:
             self._to_log_file(w, stream, lines)
@@ -153,6 +159,12 @@ class WorkerOutput:
 def _write(stream: str, lines: list[str]) -> None:
     if not lines:
         return
+    if (live := bars.live()) is not None:   # above the progress bars drawn at the bottom
+        return live.around(lambda: _put(stream, lines))
+    _put(stream, lines)
+
+
+def _put(stream: str, lines: list[str]) -> None:
     out = getattr(sys, stream)
     try:
         out.write("".join(line + "\n" for line in lines))

@@ -1,27 +1,37 @@
 """`ray.experimental.tqdm_ray`: progress bars for code running in tasks and actors.
 
-Ray draws these bars centrally in the driver. raylite forwards each worker's output line by line
-with its `(name pid=N)` prefix instead, so a bar here prints a plain status line, `desc: 40%
-4/10 it [2.1 it/s]`, at most every `flush_interval_s` seconds (default 1) and when it closes:
-readable in the driver's terminal and in log files, without bars from several workers fighting
-over one terminal line. The constructor takes the subset of tqdm's arguments that Ray's takes.
+As in Ray, the bars are drawn in the driver: a bar in a worker sends its state (count, total,
+description) at most every `flush_interval_s` seconds (default 1) and when it closes, and the
+driver (raylite.core.bars) keeps one live line per bar at the bottom of its terminal, worker
+output scrolling above them. Without a terminal (a log, a pipe) each state is a status line with
+the worker's prefix, `(name pid=N) desc:  40% 4/10 it [2.1 it/s]`. A bar in the driver itself
+draws on the same board. The constructor takes the subset of tqdm's arguments that Ray's takes.
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
+import uuid
 from typing import Iterable, Iterator
+
+from raylite.core import bars
+from raylite.core.objects import process
 
 DEFAULT_FLUSH_INTERVAL_SECONDS = 1.0
 
 
 def safe_print(*args, **kwargs) -> None:
-    """print(); Ray's clears its bars around it, which plain status lines never need."""
-    print(*args, **kwargs)
+    """print() with the driver's live bars cleared around it, as Ray's safe_print."""
+    live = bars.live()
+    if live is None:
+        print(*args, **kwargs)
+    else:
+        live.around(lambda: print(*args, **kwargs, flush=True))
 
 
 class tqdm:
-    """Counts iterations (`for x in tqdm(...)` or `update(n)`) and prints a status line now and then."""
+    """Counts iterations (`for x in tqdm(...)` or `update(n)`); the driver shows the count now and then."""
 
     def __init__(self, iterable: Iterable | None = None, desc: str | None = None, total: int | None = None,
                  unit: str | None = None, position: int | None = None, flush_interval_s: float | None = None):
@@ -36,6 +46,7 @@ class tqdm:
         self._x, self._shown = 0, -1
         self._start = self._last_flush = time.monotonic()
         self._closed = False
+        self._uuid = uuid.uuid4().hex
 
     def __iter__(self) -> Iterator:
         if self._iterable is None:
@@ -63,18 +74,18 @@ class tqdm:
 
     def refresh(self) -> None:
         self._last_flush, self._shown = time.monotonic(), self._x
-        sys.stderr.write(self._status() + "\n")
-        sys.stderr.flush()
+        state = {"uuid": self._uuid, "desc": self._desc, "x": self._x, "total": self._total, "unit": self._unit,
+                 "pos": self._pos, "elapsed": time.monotonic() - self._start, "closed": self._closed}
+        if process.index:   # a worker: the driver draws it
+            sys.stderr.write(bars.MAGIC + json.dumps(state) + "\n")
+            sys.stderr.flush()
+        elif not bars.board().update(("driver", self._uuid), state):
+            sys.stderr.write(bars.status_text(state) + "\n")
+            sys.stderr.flush()
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            if self._shown != self._x:   # the final count, unless the last line showed it
+            # a worker's bar tells the driver it closed; the driver's, when a line would say something new
+            if process.index or self._shown != self._x or bars.board().tty():
                 self.refresh()
-
-    def _status(self) -> str:
-        elapsed = max(time.monotonic() - self._start, 1e-9)
-        done = f"{self._x}/{self._total}" if self._total else str(self._x)
-        percent = f"{100 * self._x / self._total:3.0f}% " if self._total else ""
-        head = f"{self._desc}: " if self._desc else ""
-        return f"{head}{percent}{done} {self._unit} [{self._x / elapsed:.1f} {self._unit}/s]"
