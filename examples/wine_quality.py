@@ -546,11 +546,14 @@ def main(argv: list[str] | None = None) -> int:
 
     modes = list(MODES) if args.mode == "all" else [args.mode]
     results: list[Result] = []
-    for name in modes:
+    for i, name in enumerate(modes, 1):
+        print(f"[{i}/{len(modes)}] mode {name}: training ...", flush=True)   # no silent minutes between modes
+        started = time.perf_counter()
         try:
             results.append(MODES[name](data, steps=args.steps, batch_size=args.batch_size,
                                        lr=args.lr, seed=args.seed, num_cpus=args.num_cpus,
                                        num_workers=args.num_workers))
+            print(f"[{i}/{len(modes)}] mode {name}: done in {time.perf_counter() - started:.1f} s", flush=True)
         except ModeUnavailable as e:
             if args.mode != "all" or not e.optional:
                 print(f"error: mode {name}: {e}", file=sys.stderr)

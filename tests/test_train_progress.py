@@ -105,3 +105,21 @@ def test_torch_trainer_fit_prints_its_progress(tmp_path, monkeypatch, capfd):
     err = capfd.readouterr().err
     assert "raylite.train progress_1: finished, 1 workers, 3 reports, iteration 3" in err
     assert "loss=0.3333" in err and "progress_0" not in err
+
+
+def test_the_main_example_says_what_it_is_doing(tmp_path):
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    data = os.environ.get("RAYLITE_WINE_DATA") or os.path.join(repo, "..", "shared", "data", "wine-quality",
+                                                               "winequality-red.csv")
+    if not os.path.isfile(data):
+        pytest.skip(f"no wine data at {data}")
+    done = subprocess.run([sys.executable, os.path.join(repo, "examples", "wine_quality.py"), "--data", data,
+                           "--mode", "torch", "--steps", "20", "--no-plot"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = lines.index("[1/1] mode torch: training ...")
+    assert lines[start + 1].startswith("[1/1] mode torch: done in ") and lines[start + 1].endswith(" s")
