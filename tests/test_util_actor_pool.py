@@ -1,9 +1,11 @@
 """`ray.util.ActorPool`, from Ray's "Utility Classes" docs, on raylite."""
+import os
 import time
 
 import pytest
 
 import raylite as ray
+from helpers import wait_until
 
 
 @ray.remote
@@ -117,3 +119,20 @@ def test_a_dead_actor_leaves_the_pool(ray_start):
     pool.push(survivor)   # the waiting call runs on it
     assert pool.get_next(timeout=30) == 2
     assert pool.pop_idle() is survivor
+
+
+def test_map_submits_before_the_first_result_is_read(ray_start, tmp_path):
+    @ray.remote
+    class Toucher:
+        def touch(self, name):
+            open(name, "w").close()
+            return name
+
+    pool = ray.util.ActorPool([Toucher.remote()])
+    names = [str(tmp_path / "ordered"), str(tmp_path / "unordered")]
+    ordered = pool.map(lambda a, v: a.touch.remote(v), names[:1])   # not iterated yet, as Ray's test_map_eager
+    wait_until(lambda: os.path.exists(names[0]), timeout=30)
+    assert list(ordered) == names[:1]
+    unordered = pool.map_unordered(lambda a, v: a.touch.remote(v), names[1:])
+    wait_until(lambda: os.path.exists(names[1]), timeout=30)
+    assert list(unordered) == names[1:]

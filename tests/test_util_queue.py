@@ -75,3 +75,16 @@ def test_shutdown_stops_the_actor(ray_start):
     q.shutdown()
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(actor.qsize.remote())
+
+
+def test_batch_arguments_of_the_wrong_type_are_type_errors_as_in_ray(ray_start):
+    q = Queue()
+    with pytest.raises(TypeError, match="'num_items' must be an int, got num_items='2'"):
+        q.get_nowait_batch("2")
+    with pytest.raises(ValueError, match="'num_items' must be nonnegative, got num_items=-1"):
+        q.get_nowait_batch(-1)
+    with pytest.raises(TypeError, match="'items' must be an Iterable, got items=5"):
+        q.put_nowait_batch(5)
+    q.put_nowait_batch(iter(range(3)))   # any iterable
+    assert q.get_nowait_batch(3) == [0, 1, 2]
+

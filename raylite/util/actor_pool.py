@@ -90,17 +90,21 @@ class ActorPool:
             self._forget(key, alive)
 
     def map(self, fn: Callable[[Any, Any], Any], values: Iterable) -> Iterator:
-        """Results of ``fn(actor, v)`` for each value, in order (earlier unread results are dropped)."""
+        """Results of ``fn(actor, v)`` for each value, in order (earlier unread results are
+        dropped). The calls are submitted here, before the first result is asked for, as in Ray."""
         return self._map(fn, values, self.get_next)
 
     def map_unordered(self, fn: Callable[[Any, Any], Any], values: Iterable) -> Iterator:
-        """Results of ``fn(actor, v)`` for each value, as they finish."""
+        """Results of ``fn(actor, v)`` for each value, as they finish (submitted here, as ``map``)."""
         return self._map(fn, values, self.get_next_unordered)
 
     def _map(self, fn, values: Iterable, next_result: Callable[[], Any]) -> Iterator:
         self._drop_unread()
         for v in values:
             self.submit(fn, v)
+        return self._results(next_result)
+
+    def _results(self, next_result: Callable[[], Any]) -> Iterator:
         while self.has_next():
             yield next_result()
 

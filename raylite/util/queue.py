@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import queue as _queue
+from collections.abc import Iterable
 from typing import Any
 
 import raylite as ray
@@ -75,8 +76,10 @@ class Queue:
     def put_nowait(self, item: Any) -> None:
         self.put(item, block=False)
 
-    def put_nowait_batch(self, items: list) -> None:
+    def put_nowait_batch(self, items: Iterable) -> None:
         """Add all items, or none of them (Full) if they do not fit."""
+        if not isinstance(items, Iterable):
+            raise TypeError(f"Argument 'items' must be an Iterable, got items={items!r}")
         ray.get(self.actor.put_nowait_batch.remote(list(items)))
 
     def get_nowait(self) -> Any:
@@ -84,8 +87,10 @@ class Queue:
 
     def get_nowait_batch(self, num_items: int) -> list:
         """Take ``num_items`` items, or none of them (Empty) if there are fewer."""
-        if not isinstance(num_items, int) or num_items < 0:
-            raise ValueError(f"num_items must be a non-negative int, got num_items={num_items!r}")
+        if not isinstance(num_items, int) or isinstance(num_items, bool):   # the types Ray raises
+            raise TypeError(f"Argument 'num_items' must be an int, got num_items={num_items!r}")
+        if num_items < 0:
+            raise ValueError(f"'num_items' must be nonnegative, got num_items={num_items!r}")
         return ray.get(self.actor.get_nowait_batch.remote(num_items))
 
     def shutdown(self, force: bool = False, grace_period_s: int = 5) -> None:
