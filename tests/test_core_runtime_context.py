@@ -78,3 +78,11 @@ def test_a_log_record_after_shutdown_neither_restarts_nor_makes_up_ids(ray_init,
         root.handlers = [h for h in root.handlers if type(h.formatter).__module__ != "raylite.core.logging_config"]
     line = next(line for line in capsys.readouterr().err.splitlines() if "after shutdown" in line)
     assert "job_id" not in json.loads(line) and not ray.is_initialized()
+
+
+def test_the_state_api_before_init_does_not_start_a_runtime():
+    with pytest.raises(ray.exceptions.RaySystemError, match="not initialized"):
+        ray.util.state.list_logs()
+    with pytest.raises(RuntimeError, match="Node ID is not available"):
+        ray.util.state.list_logs(node_id="abc")
+    assert not ray.is_initialized()

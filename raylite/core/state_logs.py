@@ -34,9 +34,11 @@ def _log_dir() -> str | None:
 
 
 def _check_node(node_id: str | None, node_ip: str | None) -> None:
+    if node_id is None and node_ip is None:
+        return
     from raylite.core.api import NODE_IP
-    from raylite.core.context import get_runtime_context
-    own = get_runtime_context().get_node_id()
+    from raylite.core.context import RuntimeContext
+    own = RuntimeContext().get_node_id()   # (not get_runtime_context(): asking must not start a runtime)
     if node_id is not None and node_id != own:
         raise ValueError(f"node_id={node_id!r} is not a node of this runtime (its one node is {own!r})")
     if node_ip is not None and node_ip != NODE_IP:

@@ -156,7 +156,8 @@ class _Pool:
         return _Group(key, num_workers, options, init_hook)
 
     def release(self, group: _Group, healthy: bool) -> None:
-        if not healthy or _nested() or KEEPALIVE_S <= 0 or not ray.is_initialized():
+        # is_initialized() first: _nested()'s get_runtime_context() would start a runtime
+        if not healthy or not ray.is_initialized() or _nested() or KEEPALIVE_S <= 0:
             group.kill()
             return
         with self.lock:
