@@ -42,12 +42,16 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
         object_store_memory: bytes of shared memory for objects (default 30% of free memory).
         local_mode: Ray's deprecated serial mode: a warning; tasks still run in workers.
         ignore_reinit_error: a second ``init`` returns the running context instead of raising.
-        include_dashboard: accepted for Ray's sake (as are ``dashboard_host``, ``dashboard_port``).
+        include_dashboard: True serves a live page on 127.0.0.1 behind a token (``dashboard_url``).
+        dashboard_host: only 127.0.0.1 / localhost (another host warns and is not used).
+        dashboard_port: the dashboard's port (default Ray's 8265, else a free one; 0: any free one).
         logging_level: accepted for Ray's sake (as are ``logging_format`` and ``configure_logging``).
         log_to_driver: True: worker output is printed here; False: kept in per-worker log files.
         namespace: the job's namespace for named actors; default: a fresh anonymous one.
         runtime_env: the job's runtime environment, inherited by every task and actor.
-        job_config: accepted for Ray's sake (as are ``_system_config`` and ``_memory``).
+        job_config: a ``JobConfig``: its runtime_env, ray_namespace and logging config apply
+            (init's own arguments win).
+        _system_config: accepted for Ray's sake (as is ``_memory``).
         _temp_dir: where session logs go (default: the system's temporary directory).
         backend: ``"local"`` or ``"ray"``, overriding what ``address`` and ``RAY_ADDRESS`` say.
         logging_config: a ``LoggingConfig`` for the root logger of the driver and every worker.
