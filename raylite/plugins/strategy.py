@@ -62,6 +62,15 @@ class _RayWorkers:
         device = torch.device("cuda", 0) if self.use_gpu else torch.device("cpu")
         return device, [device] * num_workers
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_workers={self.num_workers})"
+
+    def __str__(self) -> str:
+        # Lightning 2.x refuses a strategy in plugins=[...] (ray_lightning's `plugins=[RayPlugin(...)]`)
+        # with "Found invalid type for plugin {plugin}": the fix then reads in its message.
+        return (f"{self!r} (a Lightning strategy: pass it as pl.Trainer(strategy={self!r}); Lightning 2.x "
+                f"takes strategies only through strategy=, not plugins=[...])")
+
     def _raylite_actor_options(self) -> dict:
         options = {"num_cpus": self.num_cpus_per_worker}
         if self.num_gpus_per_worker:
