@@ -60,6 +60,13 @@ def test_to_fixed_rejects(value, words):
     assert words in str(err.value)
 
 
+def test_an_off_grid_share_says_how_to_fix_it():
+    with pytest.raises(ValueError, match=r"num_cpus=0\.6666666666666666 .*round it down .*num_cpus=0\.6666"):
+        to_fixed(2 / 3, "num_cpus")   # what a division of 2 CPUs by 3 workers gives
+    with pytest.raises(ValueError, match=r"ask for 0 or at least 0\.0001"):
+        to_fixed(0.00001, "num_gpus")
+
+
 def test_from_fixed_and_format():
     assert from_fixed(5000) == 0.5 and from_fixed(U) == 1.0 and isinstance(from_fixed(U), float)
     assert from_fixed(3000) == 0.3

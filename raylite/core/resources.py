@@ -53,9 +53,10 @@ def to_fixed(value: object, field: str) -> int:
         scaled = as_float * SCALE
         units = round(scaled)
         if not math.isclose(scaled, units, rel_tol=1e-12, abs_tol=1e-9):
-            raise ValueError(
-                f"{field}={value!r} is finer than the resource precision of 0.0001"
-            )
+            down = math.floor(scaled) / SCALE
+            fix = (f"round it down to a multiple of 0.0001 ({field}={down:.4f}; a share computed by a "
+                   f"division: math.floor(x * 10000) / 10000)" if down > 0 else "ask for 0 or at least 0.0001")
+            raise ValueError(f"{field}={value!r} is finer than the resource precision of 0.0001: {fix}")
     if units < 0:
         raise ValueError(f"{field} must be non-negative, got {value!r}")
     return units
