@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import sys
 import time
@@ -416,7 +417,9 @@ def run_ray_lightning(data: dict, steps: int = 1000, batch_size: int = 32, lr: f
         init_with_preload(num_cpus=num_cpus)
     try:
         cpus = ray.cluster_resources().get("CPU", num_cpus)
-        per_worker = 1 if cpus >= num_workers else cpus / num_workers
+        # more workers than CPUs: an equal share each, rounded down to raylite's resource grid of 1e-4
+        # (3 workers on 2 CPUs: 0.6666 each; 2/3 itself is finer than the runtime counts)
+        per_worker = 1 if cpus >= num_workers else math.floor(cpus / num_workers * 10_000) / 10_000
 
         def strategy():
             return RayStrategy(num_workers=num_workers, num_cpus_per_worker=per_worker,

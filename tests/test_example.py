@@ -172,6 +172,13 @@ def test_ray_lightning_mode_learns(wq, data, one_thread):
     assert not ray.is_initialized()        # it shut down the runtime it started
 
 
+def test_ray_lightning_mode_with_more_workers_than_cpus(wq, data, one_thread):
+    """3 workers on 2 CPUs: each gets 0.6666 CPU (2/3 rounded down to the runtime's grid), not an error."""
+    pytest.importorskip("pytorch_lightning")
+    res = wq.run_ray_lightning(data, steps=20, num_cpus=2, num_workers=3, warm_refit=False)
+    assert res.mode == "ray-lightning" and "3 workers" in res.note and len(res.losses) == 20
+
+
 def test_all_modes_listed(wq):
     assert list(wq.MODES) == ["torch", "raylite", "lightning", "ray-lightning"]
     assert wq.parse_args([]).num_workers == 2 and wq.parse_args([]).mode == "all"
