@@ -336,6 +336,8 @@ def _lightning() -> tuple:
 
         def on_train_start(self, trainer, pl_module):
             self._t0 = time.perf_counter()
+            if trainer.global_rank == 0:   # progress for the console (RayStrategy forwards rank 0's output)
+                print(f"training started ({trainer.world_size} process(es))", file=sys.stderr, flush=True)
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             self.losses.append(float(outputs["loss"]))
@@ -379,7 +381,12 @@ def _lightning_run(mode: str, data: dict, steps: int, batch_size: int, lr: float
                          devices=1 if strategy == "auto" else "auto", callbacks=[recorder], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     t0 = time.perf_counter()
-    trainer.fit(module, loader)
+    try:
+        trainer.fit(module, loader)
+    except SystemExit:
+        if trainer.interrupted:   # Lightning's answer to a Ctrl-C: it tears down, then calls sys.exit(1)
+            raise KeyboardInterrupt from None
+        raise
     seconds = time.perf_counter() - t0
     out = {"state_dict": module.model.state_dict(), "losses": recorder.losses, "seconds": recorder.seconds}
     return _result(mode, out, seconds, data), trainer
@@ -536,6 +543,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _interrupted(mode: str, results: list[Result], data: dict) -> int:
+    """Ctrl-C: the table of the modes that finished (nothing is written before the end), one line
+    saying so, and the shell's status for SIGINT."""
+    if results:
+        print()
+        print(format_table(results, majority_baseline(data)))
+        where = f"the table above has the {len(results)} mode(s) that finished; no plot written"
+    else:
+        where = "no mode had finished, so there are no results (nothing was written)"
+    print(f"\ninterrupted (Ctrl-C) during mode {mode}: {where}", file=sys.stderr)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     loaded = load_for_cli(args.data)
@@ -557,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
                                        lr=args.lr, seed=args.seed, num_cpus=args.num_cpus,
                                        num_workers=args.num_workers))
             print(f"[{i}/{len(modes)}] mode {name}: done in {time.perf_counter() - started:.1f} s", flush=True)
+        except KeyboardInterrupt:
+            return _interrupted(name, results, data)
         except ModeUnavailable as e:
             if args.mode != "all" or not e.optional:
                 print(f"error: mode {name}: {e}", file=sys.stderr)

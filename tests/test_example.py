@@ -179,6 +179,37 @@ def test_ray_lightning_mode_with_more_workers_than_cpus(wq, data, one_thread):
     assert res.mode == "ray-lightning" and "3 workers" in res.note and len(res.losses) == 20
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["lightning", "ray-lightning"])
+def test_ctrl_c_in_a_lightning_mode_says_it_was_interrupted(data_path, tmp_path, wait_until, mode):
+    """SIGINT once training runs: one line saying so and where the results are, the shell's status 130
+    (Lightning itself catches the KeyboardInterrupt and exits 1 without a word at this log level)."""
+    import signal
+    import threading
+
+    pytest.importorskip("pytorch_lightning")
+    proc = subprocess.Popen([sys.executable, str(EXAMPLE), "--data", str(data_path), "--mode", mode,
+                             "--steps", "1000000", "--no-plot"], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any("training started" in ln for ln in lines) or proc.poll() is not None,
+                   timeout=180, what="the example to start training")
+        assert proc.poll() is None, "".join(lines)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=90) == 130, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(10)
+    said = [ln for ln in lines if "interrupted" in ln]
+    assert said == [f"interrupted (Ctrl-C) during mode {mode}: no mode had finished, so there are no results "
+                    f"(nothing was written)\n"], "".join(lines)
+
+
 def test_all_modes_listed(wq):
     assert list(wq.MODES) == ["torch", "raylite", "lightning", "ray-lightning"]
     assert wq.parse_args([]).num_workers == 2 and wq.parse_args([]).mode == "all"
