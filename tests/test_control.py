@@ -141,8 +141,12 @@ def test_cli_against_a_live_driver(driver, tmp_path):
     out, _ = cli("logs", "--worker", str(min(marker_pids)))
     assert "marker-line" in out and "keeper" not in out.lower()
 
+    follower = subprocess.Popen([sys.executable, "-m", "raylite", "logs", "--follow"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=REPO))
+    assert "keeper-says-hi" in follower.stdout.readline() + follower.stdout.readline()
     out, _ = cli("stop")
     assert f"pid {driver.pid}" in out
+    assert follower.wait(30) == 0   # following ends with the driver
     assert driver.wait(30) != 0 and "INTERRUPTED" in driver.stdout.read()   # Ctrl-C's way out
     assert not os.path.exists(sessions[0]["dir"])
     cli("status", expect=1)

@@ -83,6 +83,8 @@ def _logs(args, session) -> int:
                                "ValueError")
         pid = actors[0]["pid"]
     got = session.request("logs", pid=pid, limit=args.tail)
+    if got["log_dir"] and not args.follow:   # init(log_to_driver=False): workers write their own files
+        print(f"raylite: this driver's workers write their output to files in {got['log_dir']}", file=sys.stderr)
     while True:
         for entry in got["lines"]:
             if args.format == "json":

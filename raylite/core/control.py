@@ -12,8 +12,9 @@ process, so they are what ``raylite.util.state`` returns here. ``stop`` is the o
 does something: it sends this process SIGINT, as Ctrl-C would, so the program unwinds and shuts
 down as it would then.
 
-Cost: ``start`` only starts a daemon thread; the thread makes the directory, binds the socket and
-writes the file (about a millisecond, off init's path). ``RAYLITE_CONTROL=0`` turns it off.
+Cost: ``start`` starts a daemon thread, which makes the directory, binds the socket and writes
+the file (system calls, during which init's thread runs on), then blocks in select().
+``RAYLITE_CONTROL=0`` turns it off.
 
 Upper layers (Tune, Train) publish their state here with ``register_panel``: a function called
 when someone asks, in the endpoint's thread, whose JSON-able answer the CLI and the dashboard show.
@@ -129,7 +130,7 @@ def _logs(node, after: int, pid: int | None, limit: int) -> dict:
     entries = entries[-limit:] if limit > 0 else entries
     return {"lines": [{"time": t, "pid": p, "name": name, "stream": stream,
                        "line": line.decode(errors="replace")} for t, p, name, stream, line in entries],
-            "next": nxt}
+            "next": nxt, "log_dir": node.log_dir}
 
 
 def _filters(raw) -> list[tuple]:
@@ -213,22 +214,19 @@ class Endpoint:
         self._sock: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._closed = False
-        self.ready = threading.Event()
         self.thread = None
         if serve:
             self.thread = threading.Thread(target=self._run, name="raylite-control", daemon=True)
             self.thread.start()
 
     def _run(self) -> None:
-        try:
-            self._sock = sessions.listen(self.dir, self.info)
+        try:   # in this thread: the directory and the socket are file system calls (~1 ms on a busy
+            self._sock = sessions.listen(self.dir, self.info)   # disk), and each one lets go of the GIL
         except OSError as e:
             print(f"raylite: the control endpoint could not start ({e}); `raylite` commands will not see this "
                   f"driver", file=sys.stderr)
             return
-        finally:
-            self.ready.set()
-        import select
+        import select   # (imported already: the selectors module uses it)
         while not self._closed:
             try:
                 readable, _, _ = select.select([self._sock, self._wake_r], [], [])
