@@ -25,8 +25,8 @@ def ray_backend():
 
 def test_parallel_runs_on_raylite_workers(ray_backend):
     ray.init(num_cpus=2)
-    with joblib.parallel_backend("ray", n_jobs=2):
-        out = joblib.Parallel()(joblib.delayed(_where)(i) for i in range(12))
+    with joblib.parallel_backend("ray"):
+        out = joblib.Parallel(n_jobs=2)(joblib.delayed(_where)(i) for i in range(12))
     assert [square for square, _, _ in out] == [i * i for i in range(12)]
     pids, actors = {pid for _, pid, _ in out}, {actor for _, _, actor in out}
     assert os.getpid() not in pids and None not in actors   # in raylite actors, not in this process

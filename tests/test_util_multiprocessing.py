@@ -182,3 +182,25 @@ def test_imap_bad_arguments_raise_before_any_work(ray_start):
             pool.imap(abs, 3)
         with pytest.raises(ValueError, match="chunksize=0"):
             pool.imap_unordered(abs, [1], chunksize=0)
+
+
+def test_a_pool_starts_a_local_runtime_sized_to_it_or_connects_as_given(monkeypatch):
+    pool = Pool(processes=1, ray_address="local")   # Ray's test_connect_to_ray: a local runtime of 1 CPU
+    try:
+        assert ray.is_initialized() and ray.cluster_resources()["CPU"] == 1
+    finally:
+        pool.terminate()
+        ray.shutdown()
+    calls = []
+
+    def init(address=None, **kwargs):   # stands in for a Ray cluster: only what init is given matters
+        calls.append((address, kwargs))
+        raise ConnectionError("no cluster here")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setenv("RAY_ADDRESS", "ray://10.0.0.1:10001")
+    with pytest.raises(ConnectionError):
+        Pool(processes=2)   # a cluster's CPUs are its own: no num_cpus (Ray refuses one when connecting)
+    with pytest.raises(ConnectionError):
+        Pool(processes=2, ray_address="ray://10.0.0.2:10001")
+    assert calls == [(None, {}), ("ray://10.0.0.2:10001", {})]

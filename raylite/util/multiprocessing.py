@@ -187,6 +187,14 @@ class AsyncResult:
         return True
 
 
+def _start_runtime(processes: int | None, ray_address: str | None) -> None:
+    """``init`` as Ray's Pool calls it: ``ray_address``, else RAY_ADDRESS, else a local runtime;
+    a local one gets ``num_cpus=processes`` (a cluster's CPUs are its own)."""
+    address = ray_address if ray_address is not None else os.environ.get("RAY_ADDRESS") or None
+    local = address in (None, "local")
+    ray.init(address=ray_address, **({"num_cpus": processes} if local and processes else {}))
+
+
 class Pool:
     """A pool of `processes` actors with `multiprocessing.Pool`'s methods.
 
@@ -196,7 +204,8 @@ class Pool:
         initargs: the arguments of `initializer`.
         maxtasksperchild: an actor is replaced after this many tasks (None: never).
         context: accepted for compatibility and ignored: the runtime starts the processes.
-        ray_address: passed to `init` when the pool starts the runtime.
+        ray_address: passed to `init` when the pool starts the runtime (then, or with RAY_ADDRESS
+            set, a Ray cluster's CPUs are its own; a local runtime gets `num_cpus=processes`).
         ray_remote_args: the actors' options (e.g. `{"num_gpus": 0.25}`).
     """
 
@@ -210,7 +219,7 @@ class Pool:
         if context is not None:
             warnings.warn("Pool(context=...) is ignored: raylite starts the pool's processes", stacklevel=2)
         if not ray.is_initialized():
-            ray.init(address=ray_address, **({"num_cpus": processes} if ray_address is None and processes else {}))
+            _start_runtime(processes, ray_address)
         cpus = int(ray.cluster_resources().get("CPU", 0))
         processes = processes or max(1, cpus)
         if processes > cpus:
