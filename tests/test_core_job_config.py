@@ -72,3 +72,17 @@ def test_from_json_and_the_module_path():
                                   "ray_namespace": "ns"})
     assert (config.runtime_env, config.metadata, config.ray_namespace) == ({"env_vars": {"A": "1"}}, {"k": "v"}, "ns")
     assert ray.job_config.JobConfig is JobConfig   # reachable as ray.job_config, as in Ray
+
+
+def test_on_the_ray_backend_it_becomes_rays_job_config():
+    real_ray = pytest.importorskip("ray")
+    from raylite.core.ray_backend import _ray_job_config   # what connect() hands ray.init
+    ours = JobConfig(runtime_env={"env_vars": {"A": "1"}}, ray_namespace="ns", metadata={"k": "v"},
+                     default_actor_lifetime="detached")
+    ours.set_py_logging_config(ray.LoggingConfig(encoding="JSON"))
+    theirs = _ray_job_config(real_ray, ours)
+    assert isinstance(theirs, real_ray.job_config.JobConfig)
+    assert (theirs.runtime_env, theirs.ray_namespace, theirs.metadata) == ({"env_vars": {"A": "1"}}, "ns", {"k": "v"})
+    assert theirs._default_actor_lifetime == real_ray.job_config.JobConfig(
+        default_actor_lifetime="detached")._default_actor_lifetime   # a cluster honours it
+    assert isinstance(theirs.py_logging_config, real_ray.LoggingConfig)
