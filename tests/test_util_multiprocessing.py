@@ -204,3 +204,8 @@ def test_a_pool_starts_a_local_runtime_sized_to_it_or_connects_as_given(monkeypa
     with pytest.raises(ConnectionError):
         Pool(processes=2, ray_address="ray://10.0.0.2:10001")
     assert calls == [(None, {}), ("ray://10.0.0.2:10001", {})]
+
+
+def test_rays_module_path_of_the_pool():
+    from raylite.util.multiprocessing.pool import Pool as PoolAtRaysPath, PoolTaskError as ErrorAtRaysPath
+    assert PoolAtRaysPath is Pool and ErrorAtRaysPath is PoolTaskError

@@ -10,7 +10,7 @@ from joblib._parallel_backends import AutoBatchingMixin, ParallelBackendBase, Po
 from joblib.parallel import SequentialBackend
 
 import raylite as ray
-from raylite.util.multiprocessing import Pool
+from raylite.util.multiprocessing.pool import Pool
 
 
 class RayBackend(PoolManagerMixin, AutoBatchingMixin, ParallelBackendBase):

@@ -1,5 +1,6 @@
-"""`ray.util.multiprocessing.Pool`: the standard library's Pool API on raylite actors, so code
-written for `multiprocessing.Pool` runs on the runtime by changing one import.
+"""`ray.util.multiprocessing.pool` (Ray's module of its Pool): the standard library's Pool API
+on raylite actors, so code written for `multiprocessing.Pool` runs on the runtime by changing
+one import.
 
 Each pool process is an actor: the initializer runs once in it, and its module state lasts
 across tasks, as in a process pool. Work goes out in chunks, round-robin over the actors; a
