@@ -115,14 +115,19 @@ def marker_problems() -> list[str]:
     return problems
 
 
+def _timeout(block: Block) -> int:
+    return max([int(w[8:]) for w in block.words if w.startswith("timeout=")] or [DEFAULT_TIMEOUT_S])
+
+
 def _param(block: Block, code: str):
-    marks = [pytest.mark.slow] if "slow" in block.words else []
+    # pytest-timeout's limit (120 s in pyproject) must not cut a block's own longer one short
+    marks = [pytest.mark.timeout(_timeout(block) + 30)] + ([pytest.mark.slow] if "slow" in block.words else [])
     return pytest.param(block, code, id=block.name, marks=marks)
 
 
 @pytest.mark.parametrize(("block", "code"), [_param(b, c) for b, c in programs()])
 def test_code_block_runs(block: Block, code: str, tmp_path: Path):
-    timeout = max([int(w[8:]) for w in block.words if w.startswith("timeout=")] or [DEFAULT_TIMEOUT_S])
+    timeout = _timeout(block)
     script = tmp_path / "block.py"
     script.write_text(code, encoding="utf-8")
     env = {**os.environ, "HOME": str(tmp_path), "RAYLITE_RESULTS_DIR": str(tmp_path / "results"),
