@@ -209,3 +209,19 @@ def test_a_pool_starts_a_local_runtime_sized_to_it_or_connects_as_given(monkeypa
 def test_rays_module_path_of_the_pool():
     from raylite.util.multiprocessing.pool import Pool as PoolAtRaysPath, PoolTaskError as ErrorAtRaysPath
     assert PoolAtRaysPath is Pool and ErrorAtRaysPath is PoolTaskError
+
+
+def test_terminate_stops_an_imap_without_reading_the_rest_of_its_input(ray_start):
+    read = []
+
+    def items():
+        for i in range(1000):
+            read.append(i)
+            yield i
+
+    pool = Pool(1)
+    it = pool.imap(_square(), items())
+    assert next(it) == 0
+    pool.terminate()
+    rest = list(it)   # what was already running, then the end
+    assert len(rest) <= 2 and len(read) <= 3

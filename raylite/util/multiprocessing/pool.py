@@ -310,15 +310,19 @@ class Pool:
     def close(self) -> None:
         for iterator in list(self._iterators):   # as the stdlib: work imap was given still runs
             iterator._submit_all()
+        self._stop()
+
+    def terminate(self) -> None:
+        """Stop at once: running work fails, and imap iterators end after what already ran."""
+        self._stop()
+        for actor in self._actors:
+            ray.kill(actor)
+
+    def _stop(self) -> None:
         with self._lock:
             if not self._closed:
                 self._closed = True
                 self._closing += [a.__ray_terminate__.remote() for a in self._actors]
-
-    def terminate(self) -> None:
-        self.close()
-        for actor in self._actors:
-            ray.kill(actor)
 
     def join(self) -> None:
         """Wait until the closed pool's processes have finished their work and exited."""
