@@ -94,6 +94,16 @@ class ASHAScheduler(OptunaPruner):
 
     Rungs sit at `grace_period * reduction_factor**k` of `time_attr`; at each rung a trial goes on
     only if it is in the top 1/reduction_factor of the trials that reached it. `max_t` ends a trial.
+
+    Args:
+        time_attr: the result field that measures progress (`"training_iteration"`).
+        metric: the metric judged (default: the experiment's).
+        mode: `"min"` or `"max"` (default: the experiment's).
+        max_t: the most `time_attr` a trial runs for.
+        grace_period: the first rung: no trial stops before it.
+        reduction_factor: the fraction (1/rf) of trials that go on at each rung.
+        brackets: only 1 (a warning otherwise; Optuna's HyperbandPruner does several).
+        stop_last_trials: whether `max_t` ends trials (False: they run on).
     """
 
     def __init__(self, time_attr: str = "training_iteration", metric: str | None = None,
@@ -143,6 +153,15 @@ class MedianStoppingRule(TrialScheduler):
     running task, so the trial is marked (`stopped_trials`) and runs on to its end, as it would
     in Ray once resumed. `min_time_slice` only matters with pausing (never here). Its records are
     the driver's: a resumed experiment starts them over.
+
+    Args:
+        time_attr: the result field that measures time (`"time_total_s"`).
+        metric: the metric judged (default: the experiment's).
+        mode: `"min"` or `"max"` (default: the experiment's).
+        grace_period: no trial stops before this much `time_attr`.
+        min_samples_required: the other trials needed at a time before one is stopped.
+        min_time_slice: only matters with pausing (never here).
+        hard_stop: True stops the trial; False marks it and lets it run on.
     """
 
     needs_metric = True

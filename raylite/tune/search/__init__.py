@@ -170,6 +170,17 @@ class OptunaSearch(Searcher):
     experiment's study there, loaded if it exists, so its earlier trials inform the sampler; the
     study then runs at that storage's speed. Without them the study is in memory (study.db gets a
     copy).
+
+    Args:
+        space: Optuna distributions, or a define-by-run function `space(trial)` (default: `config`'s domains).
+        metric: the metric to optimise (default: the experiment's).
+        mode: `"min"` or `"max"` (default: the experiment's).
+        points_to_evaluate: configs to try first.
+        sampler: an Optuna sampler (default TPE).
+        study_name: the study's name in `storage` (default "optuna").
+        storage: an Optuna storage or its URL, to keep the study there.
+        seed: seeds the default TPE sampler.
+        evaluated_rewards: metric values of `points_to_evaluate`, told to the sampler instead of run.
     """
 
     allows_grid = False
