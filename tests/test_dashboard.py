@@ -51,6 +51,7 @@ def test_http_api_needs_the_token_and_answers_json(dashboard, tmp_path):
     ray, ctx = dashboard
     url = ctx.dashboard_url
     assert url.startswith("http://127.0.0.1:") and "?token=" in url and ctx["dashboard_url"] == url
+    assert "http://" + ray.get_runtime_context().get_dashboard_url() == url   # Ray's form: no scheme
     base, token = url.split("/?token=")
 
     @ray.remote

@@ -277,9 +277,12 @@ class RuntimeContext:
         return _process.namespace
 
     def get_dashboard_url(self) -> str:
-        """"" : the local runtime runs no dashboard (Ray gives "" when its dashboard is off)."""
+        """As Ray's, the address without its scheme (``127.0.0.1:8265/?token=...``, the token
+        included) in the driver that started one; "" otherwise, as Ray gives with its dashboard off."""
         _check_connected()
-        return ""
+        from raylite.core import api
+        url = api._endpoint.info["dashboard_url"] if api._endpoint is not None else None
+        return url[len("http://"):] if url else ""
 
     @property
     def current_actor(self):
