@@ -256,6 +256,13 @@ def test_cluster_is_visible_through_raylite(cluster):
     assert assigned.get("second") == 1
 
 
+def test_get_runtime_context_before_init_joins_ray_address_and_gives_rays_context(cluster):
+    raylite.shutdown()   # RAY_ADDRESS names the cluster: the auto-init joins it, as Ray's does
+    ctx = raylite.get_runtime_context()
+    assert raylite.is_initialized() and type(ctx).__module__ == "ray.runtime_context"
+    assert ctx.get_node_id() in {n["NodeID"] for n in raylite.nodes()}
+
+
 def test_label_selection_is_rays_own_on_a_cluster(cluster):
     from raylite.util.scheduling_strategies import In, NodeLabelSchedulingStrategy
 

@@ -330,8 +330,9 @@ def get_runtime_context() -> RuntimeContext:
     """raylite's context, or Ray's (same accessors) while the Ray backend runs. In a driver
     without a runtime it starts one with the defaults first, as Ray's does."""
     if process.client is None:
-        if process.ray is not None or ray_backend.attach():
+        if process.ray is None and not ray_backend.attach():
+            from raylite.core import api
+            api.init()   # the local runtime, or a Ray cluster when RAY_ADDRESS names one
+        if process.ray is not None:
             return process.ray.get_runtime_context()
-        from raylite.core import api
-        api.init()
     return RuntimeContext()
