@@ -225,3 +225,10 @@ def test_terminate_stops_an_imap_without_reading_the_rest_of_its_input(ray_start
     pool.terminate()
     rest = list(it)   # what was already running, then the end
     assert len(rest) <= 2 and len(read) <= 3
+
+
+def test_imap_chunksize_none_is_rays_default_not_one_chunk(ray_start):
+    with Pool(2) as pool:
+        pids = list(pool.imap(lambda _: os.getpid(), range(16), chunksize=None))   # 2 per chunk here
+        assert len(pids) == 16 and len(set(pids)) == 2   # both processes got work
+        assert sorted(pool.imap_unordered(abs, iter([-1, -2]), chunksize=None)) == [1, 2]   # an iterator: 1

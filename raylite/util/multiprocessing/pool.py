@@ -290,18 +290,20 @@ class Pool:
         refs = [self._submit(func, [tuple(a) for a in chunk], True) for chunk in self._chunks(iterable, chunksize)]
         return AsyncResult(refs, False, callback, error_callback)
 
-    def imap(self, func: Callable, iterable: Iterable, chunksize: int = 1) -> IMapIterator:
+    def imap(self, func: Callable, iterable: Iterable, chunksize: int | None = 1) -> IMapIterator:
         """Results in input order, as an iterator with ``next(timeout)``; a failed item comes back
         as a PoolTaskError in its place (Ray's Pool does so; the standard library raises it)."""
         return self._iterate(func, iterable, chunksize, ordered=True)
 
-    def imap_unordered(self, func: Callable, iterable: Iterable, chunksize: int = 1) -> IMapIterator:
+    def imap_unordered(self, func: Callable, iterable: Iterable, chunksize: int | None = 1) -> IMapIterator:
         """As ``imap``, in the order the chunks finish."""
         return self._iterate(func, iterable, chunksize, ordered=False)
 
-    def _iterate(self, func: Callable, iterable: Iterable, chunksize: int, ordered: bool) -> IMapIterator:
+    def _iterate(self, func: Callable, iterable: Iterable, chunksize: int | None, ordered: bool) -> IMapIterator:
         self._check_running()
         _positive(chunksize, "chunksize")
+        if chunksize is None:   # as Ray's: about four chunks per process for a sized input, else 1
+            chunksize = max(1, -(-len(iterable) // (4 * len(self._actors)))) if hasattr(iterable, "__len__") else 1
         iterator = IMapIterator(self, func, iter(iterable), chunksize, ordered)   # iter(): a TypeError here
         self._iterators.add(iterator)
         return iterator
