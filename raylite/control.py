@@ -4,9 +4,11 @@ For other processes: ``list_sessions()`` and ``find_session(id_or_pid=None)`` fi
 drivers on this machine (this user's), and ``Session.request(op, **args)`` asks one; the
 ``raylite`` CLI (raylite.cli) is built on these. For upper layers in the driver:
 ``register_panel(kind, source)`` publishes a live view of some work (Tune and Train publish theirs)
-to the CLI and the dashboard, and ``unregister_panel(handle)`` ends it.
+to the CLI and the dashboard, and ``unregister_panel(handle)`` ends it; ``session_private_dir()``
+is this session's 0700 directory for files that must go when the session does (even after a SIGKILL).
 """
 from raylite.core.control import register_panel, unregister_panel
-from raylite.core.sessions import Session, SessionError, find_session, list_sessions
+from raylite.core.sessions import Session, SessionError, find_session, list_sessions, session_private_dir
 
-__all__ = ["Session", "SessionError", "find_session", "list_sessions", "register_panel", "unregister_panel"]
+__all__ = ["Session", "SessionError", "find_session", "list_sessions", "register_panel", "session_private_dir",
+           "unregister_panel"]

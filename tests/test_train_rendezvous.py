@@ -165,3 +165,60 @@ def test_ray_strategy_group_listens_on_nothing_beyond_loopback(runtime, tmp_path
     assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
     release_workers()
     assert not os.path.exists(directory)
+
+
+_KILLED_DRIVER = """
+import sys, time
+import raylite as ray
+from raylite import train
+from raylite.train.torch import TorchTrainer
+
+def loop():
+    import torch.distributed as dist
+    dist.barrier()   # the group is up: its rendezvous directory is in use
+    if train.get_context().get_world_rank() == 0:
+        print("TRAINING", flush=True)
+    while True:
+        time.sleep(0.05)
+
+ray.init(num_cpus=2)
+TorchTrainer(loop, scaling_config=train.ScalingConfig(num_workers=2),
+             run_config=train.RunConfig(storage_path=sys.argv[1], name="killed")).fit()
+"""
+
+
+def test_a_driver_sigkilled_mid_fit_leaves_no_rendezvous_directory(tmp_path, wait_until):
+    import glob
+    import shutil
+    import signal
+    import subprocess
+    import tempfile
+    import threading
+
+    sessions_root = tempfile.mkdtemp(prefix="rl-sessions-")   # short: the control socket's path has a limit
+    env = {**os.environ, "TMPDIR": str(tmp_path), "RAYLITE_SESSIONS_DIR": sessions_root}
+
+    def rendezvous_dirs():
+        return (glob.glob(os.path.join(sessions_root, "*", "rdzv-*"))
+                + glob.glob(os.path.join(str(tmp_path), "raylite-rdzv-*")))
+
+    driver = subprocess.Popen([sys.executable, "-c", _KILLED_DRIVER, str(tmp_path / "results")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(driver.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any("TRAINING" in ln for ln in lines) or driver.poll() is not None,
+                   timeout=90, what="the workers to start training")
+        assert driver.poll() is None, "".join(lines)
+        found = rendezvous_dirs()
+        assert len(found) == 1 and found[0].startswith(sessions_root), found   # in the session's directory
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+        wait_until(lambda: not rendezvous_dirs(), timeout=30, what="the rendezvous directory to be removed")
+        assert os.listdir(sessions_root) == []   # the session's directory went with it
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        shutil.rmtree(sessions_root, ignore_errors=True)

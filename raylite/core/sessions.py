@@ -45,6 +45,22 @@ def session_dir(session: str) -> str:
     return os.path.join(root(), session)
 
 
+def session_private_dir() -> str:
+    """This session's directory, made if missing (0700, this user's), in the driver or a worker:
+    where an upper layer keeps files for the session's lifetime (raylite.train's rendezvous). The
+    runtime removes it with everything in it when the session ends: at shutdown, and when the
+    driver dies (its zygote does, a SIGKILL included). RuntimeError unless the local runtime runs
+    (the Ray backend has no such directory)."""
+    from raylite.core.objects import process
+    from raylite.core.segments import SEGMENT_PREFIX
+    if process.client is None:
+        raise RuntimeError("session_private_dir: the local raylite runtime is not running (call init first)")
+    directory = session_dir(process.client.shm_prefix[len(SEGMENT_PREFIX):-1])
+    _private_dir(root())
+    _private_dir(directory)
+    return directory
+
+
 def listen(directory: str, info: dict) -> socket.socket:
     """Bind the session's socket and write its session.json (last, so a listed session answers)."""
     _private_dir(root())

@@ -148,8 +148,9 @@ def _serve(sock, session: str) -> None:
         children.workers.add(pid)
     children.end_all()
     segments.remove_session_segments(session)
-    from raylite.core import working_dir
+    from raylite.core import sessions, working_dir
     working_dir.remove_session(session)   # the copies of working_dir and py_modules
+    sessions.remove(sessions.session_dir(session))   # and what upper layers kept there (session_private_dir)
 
 
 def _settle(libc, collect: bool = False) -> None:

@@ -4,7 +4,8 @@ Trainer and raylite.plugins' RayStrategy).
 torch's TCP store (``init_method="env://"``) listens on every interface of rank 0's node, accepts
 anyone, and has no option to bind elsewhere. So when every rank runs on the driver's machine the
 group meets in torch's file store instead: a file in a private directory (mode 0700, new for each
-group start, removed when the group ends), and nothing listens. Ranks on several machines (a Ray
+group start, removed when the group ends; inside the session's private directory, which the runtime
+removes when the driver dies), and nothing listens. Ranks on several machines (a Ray
 cluster) still meet over TCP at rank 0's ``MASTER_ADDR``/``MASTER_PORT``, which workers get
 either way (Lightning's cluster environments read them).
 """
@@ -24,7 +25,7 @@ class Rendezvous:
     ``close`` (when the group ends) removes the directory."""
 
     def __init__(self) -> None:
-        self.directory: str | None = tempfile.mkdtemp(prefix="raylite-rdzv-")   # mode 0700
+        self.directory: str | None = _make_directory()
         _live[self.directory] = os.getpid()
 
     def init_method(self, places: list[tuple[str, bool]]) -> str:
@@ -40,6 +41,16 @@ class Rendezvous:
         if directory is not None:
             _live.pop(directory, None)
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def _make_directory() -> str:
+    """A new 0700 directory in the session's private one, which the runtime removes when the session
+    ends even if the driver is SIGKILLed mid-fit; on the Ray backend, in the temporary directory."""
+    try:
+        from raylite.control import session_private_dir
+        return tempfile.mkdtemp(prefix="rdzv-", dir=session_private_dir())
+    except (ImportError, RuntimeError):
+        return tempfile.mkdtemp(prefix="raylite-rdzv-")
 
 
 def use_loopback(init_method: str) -> None:
