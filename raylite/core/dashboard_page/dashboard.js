@@ -6,6 +6,7 @@ const TOKEN = new URLSearchParams(location.search).get("token") || "";
 const POLL_MS = 2000;
 const LOG_LINES = 400;
 let logAfter = 0;
+let lastSnap = null;   // to redraw the tasks table as the filter is typed
 const logLines = [];
 
 function el(tag, attrs, ...children) {
@@ -88,6 +89,8 @@ function renderResources(st) {
 }
 
 function renderTasks(tasks, now) {
+  const words = document.getElementById("task-filter").value.trim().toLowerCase();
+  if (words) tasks = tasks.filter(t => (t.name + " " + t.state).toLowerCase().includes(words));
   fill(document.getElementById("tasks-table"), tasks, [
     [t => t.name, "mono"],
     [t => t.state, t => "state-" + t.state],
@@ -106,7 +109,7 @@ function renderActors(actors) {
 }
 
 function plot(history, metric, mode, now) {
-  const W = 560, H = 180, L = 64, R = 12, T = 12, B = 26;
+  const W = 560, H = 180, L = 64, R = 12, T = 24, B = 26;
   const svg = svgEl("svg", { class: "plot", viewBox: `0 0 ${W} ${H}`, role: "img",
                              "aria-label": `best ${metric} over time` });
   if (!history || !history.length) {
@@ -125,7 +128,7 @@ function plot(history, metric, mode, now) {
   svg.append(svgEl("text", { x: 4, y: H - B }, num(y0)));
   svg.append(svgEl("text", { x: L, y: H - 8 }, "0 s"));
   svg.append(svgEl("text", { x: W - R - 60, y: H - 8 }, duration(x1)));
-  svg.append(svgEl("text", { x: L + 8, y: T + 10 }, `best ${metric} (${mode})`));
+  svg.append(svgEl("text", { x: L + 8, y: 14 }, `best ${metric} (${mode})`));
   let d = "";
   history.forEach(([x, y], i) => {   // a step line: the best so far holds until the next one
     d += i === 0 ? `M${px(x)},${py(y)}` : `H${px(x)}V${py(y)}`;
@@ -189,7 +192,7 @@ async function poll() {
   try {
     const r = await fetch(`/api/snapshot?token=${encodeURIComponent(TOKEN)}&after=${logAfter}`, { cache: "no-store" });
     if (!r.ok) throw new Error(`HTTP ${r.status}`);
-    const snap = await r.json();
+    const snap = lastSnap = await r.json();
     const st = snap.status;
     renderSession(st);
     renderResources(st);
@@ -207,4 +210,7 @@ async function poll() {
   setTimeout(poll, POLL_MS);
 }
 
+document.getElementById("task-filter").addEventListener("input", () => {
+  if (lastSnap) renderTasks(lastSnap.tasks, lastSnap.time * 1000);
+});
 poll();
