@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from raylite.core import context, ray_backend
 from raylite.core.objects import process
-from raylite.core.remote import ActorClass, ActorHandle, ActorMethod, method
+from raylite.core.remote import ActorClass, ActorClassInheritanceException, ActorHandle, ActorMethod, method
 
-__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor", "method"]
+__all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod", "exit_actor", "method"]
 
 
 def exit_actor() -> None:

@@ -234,3 +234,73 @@ def test_streaming_generator_values_are_freed_once_the_consumer_drops_them(ray_s
         del ref
     held = sum(o.object_size or 0 for o in list_objects())
     assert held < 1 << 20, f"{held} bytes still stored after the consumer dropped every value"
+
+
+def test_a_call_made_after_kill_fails_or_runs_on_the_restarted_actor(ray_start):
+    """kill() takes effect for the calls made after it (Ray's test_actor_failures): they never run
+    on the process being killed."""
+    import os
+
+    @ray.remote(max_restarts=1)
+    class Pid:
+        def pid(self):
+            return os.getpid()
+
+    for _ in range(5):   # a call sent to the dying process would run there before the signal lands
+        doomed = Pid.remote()
+        ray.kill(doomed)
+        with pytest.raises(ray.exceptions.ActorDiedError):
+            ray.get(doomed.pid.remote(), timeout=30)
+    restarted = Pid.remote()
+    first = ray.get(restarted.pid.remote())
+    ray.kill(restarted, no_restart=False)
+    assert ray.get(restarted.pid.remote(), timeout=30) != first
+
+
+def test_an_actor_class_cannot_be_inherited_from(ray_start):
+    @ray.remote
+    class Base:
+        pass
+
+    with pytest.raises(ray.actor.ActorClassInheritanceException, match="Inheriting from actor classes is not allowed"):
+        class Derived(Base):
+            pass
+
+
+def test_handles_to_one_actor_are_equal(ray_start):
+    @ray.remote
+    class Me:
+        def me(self):
+            return ray.get_runtime_context().current_actor
+
+    @ray.remote
+    def echo(handle):
+        return handle
+
+    me, other = Me.remote(), Me.remote()
+    assert ray.get(echo.remote(me)) == me and ray.get(me.me.remote()) == me
+    assert len({me, ray.get(echo.remote(me)), other}) == 2 and me != other
+
+
+@pytest.mark.parametrize("kind", ["async", "threaded"])
+def test_a_concurrent_actor_whose_handle_is_gone_finishes_a_call_waiting_on_a_nested_get(ray_start, kind):
+    """Its handle dropped, an actor ends once its calls are done; a concurrent actor's call waiting
+    on another task's result must still get it (it hung: the actor was told to exit meanwhile)."""
+    @ray.remote
+    def seven():
+        time.sleep(0.5)   # still running when the actor learns its handle is gone
+        return 7
+
+    @ray.remote
+    class Async:
+        async def nested(self):
+            return await seven.remote()
+
+    @ray.remote(max_concurrency=2)
+    class Threaded:
+        def nested(self):
+            return ray.get(seven.remote())
+
+    cls = Async if kind == "async" else Threaded
+    ref = cls.remote().nested.remote()   # (outside the assert, which would keep the handle)
+    assert ray.get(ref, timeout=30) == 7

@@ -23,7 +23,9 @@ class ActorLifecycle:
         # orders calls per submitter: a waiting call holds back only its own caller's later calls
         overtake = actor.spec.out_of_order
         held, waiting = [], set()   # (callers with a call waiting, for a one-at-a-time actor)
-        while actor.queue and w is not None and actor.state == "ALIVE":
+        # nothing more goes to a process that is ending (killed, or told to exit): as in Ray, a
+        # call made after kill() fails, or runs on the restarted actor
+        while actor.queue and w is not None and actor.state == "ALIVE" and w.exit_cause is None:
             spec = actor.queue[0]
             caller = minted_by(spec.task_id)
             if caller in waiting or self.table.missing(spec.deps):
@@ -42,8 +44,8 @@ class ActorLifecycle:
             actor.inflight[spec.task_id] = spec
             self._run_on(w, spec)
         actor.queue.extendleft(reversed(held))
-        if actor.exit_when_idle and not actor.queue and w is not None:
-            self._retire(w)
+        if actor.exit_when_idle and not actor.queue and not actor.inflight and w is not None and not w.retiring:
+            self._retire(w)   # only once its calls are done: a concurrent actor's may wait on replies
 
     def _resume_actor(self, actor: Actor, task_id: int) -> None:
         actor.waiting_deps.discard(task_id)

@@ -906,7 +906,10 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 spec.max_retries -= 1   # retry_exceptions, within max_task_retries: ahead of later calls
                 actor.queue.appendleft(spec)
                 return self._pump_actor(actor)
-            return self._finish(spec, results)
+            self._finish(spec, results)
+            if actor.exit_when_idle and not actor.inflight:   # its last call: now it may exit
+                self._pump_actor(actor)
+            return
         spec, w.task = w.task, None
         if log_span is not None:
             self.task_events.logged(spec, w.pid, log_span)

@@ -310,6 +310,10 @@ def _methods(cls) -> dict[str, int | str]:
     return out
 
 
+class ActorClassInheritanceException(TypeError):
+    """`class D(SomeActorClass)`: as in Ray, an actor class cannot be a base class."""
+
+
 class ActorClass:
     """What ``@ray.remote`` makes of a class: ``C.remote(*args)`` starts an actor, returning its handle."""
 
@@ -340,6 +344,11 @@ class ActorClass:
             return getattr(cls, name)
         except AttributeError:
             raise AttributeError(f"actor class {cls.__name__!r} has no attribute {name!r}") from None
+
+    def __mro_entries__(self, bases):
+        raise ActorClassInheritanceException(
+            f"Inheriting from actor classes is not allowed: subclass the plain class {self._name} "
+            f"and decorate the subclass with @ray.remote instead")
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actors cannot be instantiated directly. Instead of '{self._name}()', "
@@ -436,6 +445,12 @@ class ActorHandle(metaclass=BackendType):
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._actor_id:028x})"
+
+    def __eq__(self, other) -> bool:   # handles of one actor are equal, as in Ray
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __hash__(self) -> int:
+        return hash(self._actor_id)
 
     def __del__(self):
         if self.__dict__.get("_tracked") and process.client is not None:
