@@ -254,3 +254,30 @@ def test_the_console_script_is_the_cli():
     module, _, name = target.partition(":")
     from raylite.cli import main
     assert getattr(importlib.import_module(module), name) is main
+
+
+def test_status_shows_use_per_device(sessions_dir, tmp_path):
+    import raylite as ray
+    from raylite.cli import tables
+    from raylite.control import find_session
+    ray.init(num_cpus=2, num_gpus=2)   # two device slots, no hardware needed
+    try:
+        @ray.remote(num_gpus=0.5)
+        def half(path):
+            import os
+            import time
+            while not os.path.exists(path):
+                time.sleep(0.01)
+
+        gate = tmp_path / "gate"
+        ref = half.remote(str(gate))
+        session = wait_until(lambda: _session_or_none(find_session))
+        st = wait_until(lambda: (s := session.request("status"))["tasks"].get("RUNNING") and s)
+        assert st["devices"]["GPU"] == [{"id": "0", "used": 0.5}, {"id": "1", "used": 0.0}]
+        assert st["resources"]["used"]["GPU"] == 0.5
+        text = tables.status(st)
+        assert " 0.5/2 GPU\n   GPU 0: 0.5/1 used\n   GPU 1: 0/1 used" in text
+        gate.write_text("go")
+        ray.get(ref)
+    finally:
+        ray.shutdown()
