@@ -10,13 +10,14 @@ made) is refused.
 """
 from __future__ import annotations
 
+from typing import NoReturn
+
 from raylite.core import runtime_env, streams
 
-_NONE = type(None)
 _COUNT = "an integer"
 
 
-def _fail_type(key: str, value, expected: str):
+def _fail_type(key: str, value, expected: str) -> NoReturn:
     raise TypeError(f"option {key} must be {expected}, got {key}={value!r} ({type(value).__name__})")
 
 
