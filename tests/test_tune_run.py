@@ -208,8 +208,8 @@ def test_time_budget_stops_running_trials(ray2, tmp_path):
 
 
 def test_time_budget_cancels_a_silent_trial(ray2, tmp_path, monkeypatch):
-    from raylite.tune import runner
-    monkeypatch.setattr(runner, "STOP_GRACE_S", 0.5)
+    from raylite.tune import stopping
+    monkeypatch.setattr(stopping, "STOP_GRACE_S", 0.5)
 
     def silent(config):
         import time
@@ -454,7 +454,7 @@ def test_bad_arguments(ray2, tmp_path):
         tune.run(trainable, metric="loss", storage_path=str(tmp_path), verbose=0)
     with pytest.raises(ValueError, match="need"):
         tune.run(trainable, scheduler=tune.ASHAScheduler(), storage_path=str(tmp_path), verbose=0)
-    with pytest.raises(TypeError, match="class trainables"):
+    with pytest.raises(TypeError, match="not a tune.Trainable subclass"):
         tune.run(type("T", (), {}), storage_path=str(tmp_path), verbose=0)
     from raylite.tune import session
     session._warned.discard("report")

@@ -239,7 +239,7 @@ def test_bad_input_is_a_clear_error():
         tune.Tuner(fn, run_config=tune.RunConfig(failure_config={"max_failures": 2}))
     with pytest.raises(ValueError, match="max_failures"):
         tune.Tuner(fn, run_config=tune.RunConfig(failure_config=tune.FailureConfig(max_failures=-2)))
-    with pytest.raises(TypeError, match="class trainables"):
+    with pytest.raises(TypeError, match="not a tune.Trainable subclass"):
         tune.Tuner(type("T", (), {}))
     with pytest.raises(TypeError, match=r"checkpoint_config must be a tune\.CheckpointConfig"):
         tune.Tuner(fn, run_config=tune.RunConfig(checkpoint_config={"num_to_keep": 1}))

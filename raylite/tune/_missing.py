@@ -10,13 +10,12 @@ import sys
 
 _IMPORT_FROM = dis.opmap["IMPORT_FROM"]
 
-_PBT = "schedulers that mutate configs (PBT, PB2) are not supported"
-_HYPERBAND = "use tune.ASHAScheduler, or scheduler=optuna.pruners.HyperbandPruner(...)"
 HINTS = {   # Ray names a user meets in its docs, and what to do instead
-    "Trainable": "class trainables are not supported; write a function trainable(config) that calls "
-                 "tune.report(...) once per iteration (save/restore state with checkpoints)",
-    "PopulationBasedTraining": _PBT, "PopulationBasedTrainingReplay": _PBT, "PB2": _PBT,
-    "HyperBandScheduler": _HYPERBAND, "HyperBandForBOHB": _HYPERBAND,
+    "PB2": "PB2 (PBT with a Gaussian-process bandit) is not supported; use "
+           "tune.schedulers.PopulationBasedTraining",
+    "HyperBandForBOHB": "BOHB needs its TuneBOHB searcher, which raylite lacks; use "
+                        "tune.schedulers.HyperBandScheduler, or OptunaSearch with "
+                        "scheduler=optuna.pruners.HyperbandPruner(...)",
     "ResourceChangingScheduler": "a trial's resources are fixed for the whole experiment",
     "SyncConfig": "results are on the local filesystem; nothing to sync",
 }

@@ -10,6 +10,8 @@ from raylite.tune.analysis import ExperimentAnalysis
 from raylite.train.config import check_fail_fast
 from raylite.tune.search import BasicVariantGenerator, Searcher, unwrap_limiter
 from raylite.tune.schedulers import as_scheduler
+from raylite.tune.session import with_parameters
+from raylite.tune.trainable import is_trainable_class
 from raylite.tune.trial import ERROR
 from raylite.tune.trial_env import log_files
 
@@ -56,7 +58,8 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     docs/tune.md has the whole story (search, schedulers, files, resume).
 
     Args:
-        trainable: a function of `config` (or a `with_resources` / `with_parameters` wrapper of one).
+        trainable: a function of `config`, or a `tune.Trainable` subclass (or a `with_resources` /
+            `with_parameters` wrapper of either).
         config: the search space: values, `tune.uniform(...)`-style domains, `grid_search`, nested dicts.
         num_samples: configs to sample (each grid point that many times; -1: until `time_budget_s`).
         resources_per_trial: what each trial holds, `{"cpu": 1, "gpu": 0.5, "custom": 1}` or a
@@ -82,7 +85,8 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
         log_to_file: also write each trial's stdout/stderr into its directory (Ray's forms).
         trial_name_creator: `trial -> str`, the trial's name, as in Ray.
         trial_dirname_creator: `trial -> str`, the trial's directory name, as in Ray.
-        reuse_actors: no effect: trials are tasks on raylite's reused worker processes.
+        reuse_actors: a class trainable's object stays in its worker for the next trial, which takes
+            it through `reset_config` when that returns True (function trainables: no effect).
         progress_reporter: a `tune.CLIReporter` shapes the status table; a `ProgressReporter` subclass replaces it.
     """
     from raylite.tune import reporters
@@ -97,7 +101,7 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     check_name(name, "name")
     if checkpoint_config is not None and not isinstance(checkpoint_config, CheckpointConfig):
         raise TypeError(f"checkpoint_config must be a tune.CheckpointConfig, got {type(checkpoint_config).__name__}")
-    if checkpoint_config is not None:
+    if checkpoint_config is not None and not is_trainable_class(_inner(trainable)):
         checkpoint_config.check_function_trainable("a function trainable")
     check_fail_fast(fail_fast, max_failures)
     reporters.check(progress_reporter)
@@ -116,7 +120,8 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     runner = TrialRunner(trainable, config, num_samples, normalize_resources(resources_per_trial), metric, mode,
                          search_alg, scheduler, stop, time_budget_s, max_concurrent_trials,
                          storage_path or local_dir, name, resume, max_failures, verbose, callbacks, checkpoint_config,
-                         fail_fast, errored, trial_name_creator, trial_dirname_creator, log_to_file)
+                         fail_fast, errored, trial_name_creator, trial_dirname_creator, log_to_file,
+                         reuse_actors=bool(reuse_actors))
     runner.reporter = reporters.configure(runner.reporter, progress_reporter)
     with panel.published(runner):   # to the raylite CLI and dashboard
         analysis = runner.run()
@@ -179,11 +184,13 @@ def normalize_resources(resources, what: str = "resources_per_trial") -> dict[st
 
 
 def _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures, stop) -> None:
-    if isinstance(trainable, type):
-        raise TypeError("class trainables are not supported: pass a function trainable(config) that "
-                        "calls tune.report(...) once per iteration")
+    inner = _inner(trainable)
+    if isinstance(inner, type) and not is_trainable_class(inner):
+        raise TypeError(f"trainable {inner.__name__} is a class but not a tune.Trainable subclass: subclass "
+                        f"tune.Trainable (setup/step/save_checkpoint/load_checkpoint), or pass a function "
+                        f"trainable(config) that calls tune.report(...)")
     if not callable(trainable):
-        raise TypeError(f"trainable must be a function, got {type(trainable).__name__}")
+        raise TypeError(f"trainable must be a function or a tune.Trainable subclass, got {type(trainable).__name__}")
     if not isinstance(num_samples, int) or (num_samples < 1 and num_samples != -1):
         raise ValueError(f"num_samples must be a positive integer (or -1: until stopped), got {num_samples!r}")
     if max_concurrent_trials is not None and (not isinstance(max_concurrent_trials, int)
@@ -194,6 +201,11 @@ def _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures
     if stop is not None and not (isinstance(stop, dict) or callable(stop)):
         raise TypeError(f"stop must be a dict, a function (trial_id, result) -> bool or a Stopper, "
                         f"got {type(stop).__name__}")
+
+
+def _inner(trainable):
+    """The trainable under a `with_parameters` wrapper."""
+    return trainable.trainable if isinstance(trainable, with_parameters) else trainable
 
 
 def _resolve_metric(searcher, scheduler, metric, mode):

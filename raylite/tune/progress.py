@@ -13,12 +13,12 @@ import time
 import raylite as ray
 
 from raylite.tune.metrics import flatten, is_number, lookup
-from raylite.tune.trial import ERROR, PENDING, RUNNING, TERMINATED, _number
+from raylite.tune.trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, _number
 
 UNITS = 10_000   # resources in integer units of 1e-4, as raylite counts them
 MAX_ROWS = 20
 MAX_PARAM_COLUMNS = 6
-_ORDER = {RUNNING: 0, PENDING: 1, ERROR: 2, TERMINATED: 3}
+_ORDER = {RUNNING: 0, PAUSED: 1, PENDING: 2, ERROR: 3, TERMINATED: 4}
 
 
 def _fmt(v) -> str:

@@ -340,7 +340,12 @@ def run_trial(trainable, config: dict, info: dict, shared: dict | None = None) -
     stopped = False
     try:
         with trial_process(s.trial_dir, info.get("chdir", True), info.get("log_files")):
-            if wants_dir:
+            inner = trainable.trainable if isinstance(trainable, with_parameters) else trainable
+            if isinstance(inner, type):   # a tune.Trainable subclass (trainable.py)
+                from raylite.tune.trainable import run_class
+                values = trainable.values() if inner is not trainable else {}
+                out = run_class(inner, config, info, report, StopTrial, values)
+            elif wants_dir:
                 out = trainable(config, checkpoint_dir=s.checkpoint.path if s.checkpoint else None)
             else:
                 out = trainable(config)
@@ -379,7 +384,7 @@ class Hub:
 
     def report(self, trial_id, attempt, result) -> bool:
         self.events.append(("result", trial_id, attempt, result))
-        return trial_id in self.stops
+        return (trial_id, attempt) in self.stops
 
     def drain(self) -> list:
         events, self.events = self.events, []
@@ -388,8 +393,9 @@ class Hub:
     def taken(self) -> None:
         """Returns once the calling trial's earlier posts are in `events` (calls run in order)."""
 
-    def stop(self, trial_ids) -> None:
-        self.stops.update(trial_ids)
+    def stop(self, attempts) -> None:
+        """Stop these (trial id, attempt)s: a trial a scheduler starts again (PBT) is a new attempt."""
+        self.stops.update(tuple(a) for a in attempts)
 
 
 class with_parameters:   # noqa: N801 - Ray's name
@@ -403,9 +409,12 @@ class with_parameters:   # noqa: N801 - Ray's name
         return with_parameters(self.trainable, **{k: v if isinstance(v, ray.ObjectRef) else ray.put(v)
                                                   for k, v in self.kwargs.items()})
 
+    def values(self) -> dict:
+        """The objects, fetched (once per trial: a worker maps a large one from shared memory)."""
+        return {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in self.kwargs.items()}
+
     def __call__(self, config, **extra):
-        values = {k: ray.get(v) if isinstance(v, ray.ObjectRef) else v for k, v in self.kwargs.items()}
-        return self.trainable(config, **values, **extra)
+        return self.trainable(config, **self.values(), **extra)
 
     @property
     def __signature__(self):

@@ -149,19 +149,13 @@ class ExperimentStorage:
     def create_trial(self, trial: Trial) -> None:
         """params.json (+ params.pkl when JSON cannot hold the config exactly), then trial.json: a
         trial directory without trial.json is not a trial yet (resume recreates that index)."""
-        text = _json(trial.config, indent=1)
-        try:
-            exact = json.loads(text) == trial.config
-        except ValueError:
-            exact = False
-        data = None
-        if not exact:
-            import cloudpickle
-            try:
-                data = cloudpickle.dumps(trial.config)
-            except Exception:  # noqa: BLE001 - params.json still records it
-                data = None
+        text, data = _params(trial.config)
         self._do(_write_new_trial, trial.path, text, data, _json(trial.to_state()))
+
+    def save_config(self, trial: Trial) -> None:
+        """params.json (+ params.pkl) again: a scheduler (PBT) gave the trial a new config."""
+        text, data = _params(trial.config)
+        self._do(_write_config, trial.path, text, data)
 
     def save_trial(self, trial: Trial) -> None:
         self._do(atomic_write, os.path.join(trial.path, TRIAL_FILE), _json(trial.to_state()))
@@ -210,6 +204,33 @@ class ExperimentStorage:
             except (OSError, ValueError, KeyError):
                 continue
         return sorted(trials, key=lambda t: t.index)
+
+
+def _params(config: dict) -> tuple[str, bytes | None]:
+    """params.json's text, and params.pkl's bytes when JSON cannot hold the config exactly."""
+    text = _json(config, indent=1)
+    try:
+        exact = json.loads(text) == config
+    except ValueError:
+        exact = False
+    if exact:
+        return text, None
+    import cloudpickle
+    try:
+        return text, cloudpickle.dumps(config)
+    except Exception:  # noqa: BLE001 - params.json still records it
+        return text, None
+
+
+def _write_config(path: str, params_text: str, params_pkl: bytes | None) -> None:
+    atomic_write(os.path.join(path, "params.json"), params_text)
+    pkl = os.path.join(path, "params.pkl")
+    if params_pkl is not None:
+        with open(pkl + ".tmp", "wb") as f:
+            f.write(params_pkl)
+        os.replace(pkl + ".tmp", pkl)
+    elif os.path.exists(pkl):
+        os.remove(pkl)
 
 
 def _write_new_trial(path: str, params_text: str, params_pkl: bytes | None, state_text: str) -> None:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from raylite.train.config import CheckpointConfig
 
 PENDING, RUNNING, TERMINATED, ERROR = "PENDING", "RUNNING", "TERMINATED", "ERROR"
+PAUSED = "PAUSED"   # stopped by a scheduler (PBT) that starts it again from a checkpoint
 SUMMARY_KEYS = ("max", "min", "last", "avg", "last-5-avg", "last-10-avg")   # a metric_analysis entry
 
 
@@ -116,6 +117,8 @@ class Trial:
         self.outcome = None
         self.restored = False
         self.withdrawn = False   # submitted ahead, then the experiment stopped before it was promoted
+        self.restart: tuple | None = None      # (config, checkpoint path) a scheduler restarts it with
+        self.resume_from: str | None = None    # the checkpoint its next launch starts from
 
     # ------------------------------------------------------------------ results
     def add_result(self, result: dict) -> None:

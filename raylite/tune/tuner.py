@@ -172,7 +172,8 @@ class TuneConfig:
         num_samples: configs to sample (-1: until `time_budget_s`).
         max_concurrent_trials: trials at once; 0 or None: no limit.
         time_budget_s: seconds (or a `datetime.timedelta`) after which the experiment ends.
-        reuse_actors: no effect (trials are tasks on raylite's reused worker processes).
+        reuse_actors: a class trainable's object stays in its worker for the next trial (through
+            `reset_config`); no effect on function trainables.
         trial_name_creator: `trial -> str`, the trial's name.
         trial_dirname_creator: `trial -> str`, the trial's directory name.
         chdir_to_trial_dir: deprecated, as in Ray: an error pointing to `RAY_CHDIR_TO_TRIAL_DIR`.
@@ -426,7 +427,7 @@ class Tuner:
                        callbacks=rc.callbacks, checkpoint_config=rc.checkpoint_config,
                        fail_fast=self._fail_fast, log_to_file=getattr(rc, "log_to_file", False),
                        trial_name_creator=tc.trial_name_creator, trial_dirname_creator=tc.trial_dirname_creator,
-                       progress_reporter=getattr(rc, "progress_reporter", None))
+                       progress_reporter=getattr(rc, "progress_reporter", None), reuse_actors=tc.reuse_actors)
         return ResultGrid(analysis)
 
     def get_results(self) -> ResultGrid:

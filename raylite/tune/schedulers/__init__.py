@@ -25,19 +25,39 @@ from optuna import pruners
 from raylite.tune.metrics import is_finite as _finite
 
 CONTINUE, STOP, PRUNE = "CONTINUE", "STOP", "PRUNE"
+EXPLOIT = "EXPLOIT"   # stop the trial and start it again from `trial.restart` = (config, checkpoint path)
+PAUSE = "PAUSE"       # stop the trial and hold it until `release` lets it go on (synchronous schedules)
 
 
 class TrialScheduler:
+    """What the runner asks of a scheduler: a decision per result (`on_result`), plus hooks for
+    the ones that change trials (PBT) or hold them back (synchronous HyperBand, synch PBT)."""
+
     metric: str | None = None
     mode: str | None = None
     time_attr = "training_iteration"
     needs_metric = False
+    mutates_config = False   # True: each result records the trial's config of the moment
 
     def make_pruner(self) -> pruners.BasePruner:
         return pruners.NopPruner()
 
+    def on_trial_add(self, trial) -> None:
+        """A new trial, before its first launch (it may still change `trial.config`)."""
+
     def on_result(self, trial, result: dict) -> str:
         return CONTINUE
+
+    def on_trial_complete(self, trial) -> None:
+        """The trial ended for good (finished, stopped or errored)."""
+
+    def release(self, paused: list, trials: list, more_coming: bool) -> list:
+        """Of the PAUSEd trials, those to start again now (each from `trial.restart` if set, else
+        from its latest checkpoint); `more_coming`: trials are still to be created."""
+        return []
+
+    def setup_experiment(self, path: str) -> None:
+        """The experiment directory, before the first trial (for files the scheduler writes)."""
 
     def describe(self) -> str:
         return type(self).__name__
@@ -230,7 +250,15 @@ def as_scheduler(scheduler) -> TrialScheduler:
 
 
 
+_LAZY = {"PopulationBasedTraining": "pbt", "PopulationBasedTrainingReplay": "pbt",
+         "HyperBandScheduler": "hyperband"}
+
+
 def __getattr__(name: str):
-    """Ray's schedulers raylite lacks (PBT, HyperBand) fail with a hint, under `from ... import` too."""
+    """PBT and HyperBand load on first use; Ray's schedulers raylite lacks (PB2, BOHB) fail with a
+    hint, under `from ... import` too."""
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(f"raylite.tune.schedulers.{_LAZY[name]}"), name)
     from raylite.tune._missing import missing
     raise missing(__name__, name)

@@ -1,0 +1,170 @@
+"""The experiment's records on disk, for the runner (runner.py): its name, opening or resuming it
+(finished trials told to the study again, unfinished ones queued to restart), trial names and
+directories, and where a restarting trial picks up (its checkpoint, its results up to it)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import time
+from datetime import datetime
+
+import optuna
+from optuna.trial import TrialState
+
+from raylite.tune import session
+from raylite.tune.search_space import path_name
+from raylite.tune.storage import ExperimentStorage, StudyMirror, read_results, rewrite_results
+from raylite.tune.trial import ERROR, PENDING, Trial
+
+DIRNAME_MAX = int(os.environ.get("TUNE_MAX_LEN_IDENTIFIER", "130"))   # Ray's bound on a trial dirname's name part
+
+
+def default_name(r, storage_path, resume: bool) -> str:
+    """`<trainable>_<timestamp>`; with resume=True, the latest such experiment, if any."""
+    root = ExperimentStorage(storage_path, "x").root
+    prefix = f"{r.trainable_name}_"
+    if resume and os.path.isdir(root):
+        mine = [n for n in os.listdir(root) if n.startswith(prefix) and ExperimentStorage(root, n).exists()]
+        if mine:
+            return max(mine, key=lambda n: os.path.getmtime(os.path.join(root, n)))
+    base = f"{prefix}{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    name, i = base, 1
+    while os.path.exists(os.path.join(root, name)):
+        name, i = f"{base}_{i}", i + 1
+    return name
+
+
+def open_experiment(r) -> None:
+    st = r.storage
+    existing = st.exists()
+    if existing and not r.resume:
+        raise ValueError(f"experiment {r.name!r} already exists at {st.path}: pass resume=True to continue "
+                         f"it, or another name (or storage_path)")
+    direction = "maximize" if r.mode == "max" else "minimize"
+    r.study = optuna.create_study(sampler=r.searcher.sampler, pruner=r.scheduler.make_pruner(),
+                                     direction=direction, **r.searcher.study_args(r.name))
+    # a study in the user's storage (OptunaSearch(storage=...)) may hold this experiment's trials already
+    r.told = {t.user_attrs.get("trial_id") for t in r.study.get_trials(deepcopy=False)}
+    r.searcher.setup_study(r.study)
+    r.mirror = StudyMirror(st.study_url, r.name, direction)   # its writer starts with a trial
+    meta = st.load_meta() if existing else {}
+    r.exp_tag = meta.get("exp_tag") or os.urandom(3).hex()[:5]
+    r.meta = {"name": r.name, "trainable": r.trainable_name, "exp_tag": r.exp_tag,
+                 "metric": r.metric, "mode": r.mode, "num_samples": r.num_samples,
+                 "total_trials": r.total_trials, "resources_per_trial": r.resources,
+                 "search_alg": r.searcher.describe(), "scheduler": type(r.scheduler).__name__,
+                 "created": meta.get("created", time.time()), "status": "running"}
+    st.save_meta(r.meta)
+    if not existing:
+        return
+    for t in st.load_trials():
+        r.trials.append(t)
+        r.by_id[t.trial_id] = t
+        if t.status == ERROR and r.errored:
+            reopen_errored(r, t)
+        if t.is_finished:
+            restore_finished(r, t)
+        else:
+            restore_unfinished(r, t)
+    if r.reporter.verbose:
+        done = sum(t.is_finished for t in r.trials)
+        r.reporter._print(f"Resuming {r.name}: {done} finished trials kept, {len(r.pending)} to "
+                             f"(re)start from their latest checkpoint if any")
+
+
+def restore_finished(r, t: Trial) -> None:
+    o = t.optuna
+    if not o.get("params") and not o.get("distributions"):
+        return
+    state = TrialState[o.get("state", "FAIL")]
+    value = o.get("value")
+    if state == TrialState.COMPLETE and value is None:
+        state = TrialState.FAIL
+    frozen = optuna.trial.create_trial(
+        state=state, value=value if state != TrialState.FAIL else None, params=o.get("params", {}),
+        distributions={k: optuna.distributions.json_to_distribution(v) for k, v in o["distributions"].items()},
+        intermediate_values={int(k): v for k, v in (o.get("intermediate") or {}).items()},
+        system_attrs=o.get("system_attrs") or {}, user_attrs={"trial_id": t.trial_id})
+    if t.trial_id not in r.told:
+        r.study.add_trial(frozen)
+    r.mirror.add(frozen)
+
+
+def reopen_errored(r, t: Trial) -> None:
+    """An errored trial runs again (resume="AUTO+ERRORED" / Tuner.restore(resume_errored=True)):
+    from its latest checkpoint, or, with "restart", from scratch (its checkpoints and results
+    are deleted)."""
+    t.status, t.error_msg, t.num_failures, t.end_time = PENDING, None, 0, None
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(t.path, "error.txt"))
+    if r.errored == "restart":
+        for name in os.listdir(t.path):
+            if name.startswith("checkpoint_"):
+                shutil.rmtree(os.path.join(t.path, name), ignore_errors=True)
+        rewrite_results(t.path, [])
+        t.rewind([])
+        for key in ("intermediate", "last_step", "next_rung"):   # the pruner sees it from step one again
+            t.optuna.pop(key, None)
+
+
+def restore_unfinished(r, t: Trial) -> None:
+    ot = r.searcher.restore(r.study, t.optuna.get("params", {}), t.optuna.get("distributions", {}))
+    ot.set_user_attr("trial_id", t.trial_id)
+    for step, value in sorted((int(k), v) for k, v in (t.optuna.get("intermediate") or {}).items()):
+        ot.report(value, step)
+    t.optuna_trial = ot
+    t.status, t.restored = PENDING, True
+    r.pending.append(t)
+
+
+def experiment_tag(r, trial: Trial) -> str:
+    """Ray's `experiment_tag`: the trial's index and its searched values, "3_lr=0.01,h=64"."""
+    parts = []
+    for path, _ in sorted(r.space.grids + r.space.domains, key=lambda pd: path_name(pd[0])):
+        node = trial.config
+        for key in path:
+            node = node[key] if isinstance(node, (dict, list)) else None
+        parts.append(f"{path[-1]}={node:.4g}" if isinstance(node, float) else f"{path[-1]}={node}")
+    return f"{trial.index}_{','.join(parts)}" if parts else str(trial.index)
+
+
+def dirname(r, trial: Trial) -> str:
+    """Ray's trial directory name, `<trial name>_<experiment tag>_<date>` (or the
+    trial_dirname_creator's, which must be a name, not a path), unique in the experiment."""
+    if r.trial_dirname_creator is None:   # unique: the trial id is in it
+        name = f"{trial}_{trial.experiment_tag}"[:DIRNAME_MAX] + f"_{datetime.now():%Y-%m-%d_%H-%M-%S}"
+        return re.sub(r'[/()<>:"\\|?*]', "_", name)
+    name = str(r.trial_dirname_creator(trial))
+    if os.sep in name or name in ("", ".", ".."):
+        raise ValueError(f"trial_dirname_creator returned {name!r}: a trial directory name must not be "
+                         f"empty or contain {os.sep!r}")
+    name = re.sub(r'[/()<>:"\\|?*]', "_", name)
+    taken = {t.path for t in r.trials}   # trials sharing a directory would overwrite each other's records
+    base, i = name, 1
+    while r.storage.trial_dir(name) in taken:
+        name, i = f"{base}_{i}", i + 1
+    return name
+
+
+def rewind(r, trial: Trial) -> session.Checkpoint | None:
+    """The checkpoint to restart from: the newest with every earlier result on disk (a driver
+    killed mid-drain may have missed the last few results, not the checkpoints the trial wrote
+    after them), else none. Results and checkpoints after it are dropped: the trial redoes them;
+    so are the partial copies of a trial killed while it wrote a checkpoint."""
+    results = read_results(trial.path)
+    recorded = results[-1].get("training_iteration", 0) if results else 0
+    upto, ckpt, stale = session.restart_point(trial.path, recorded)
+    stale += [os.path.join(trial.path, n) for n in os.listdir(trial.path) if n.startswith("checkpoint_")
+              and ".tmp" in n]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    meta = ckpt.metadata if ckpt else {}
+    keep = [r for r in results if r.get("training_iteration", 0) <= upto]
+    if upto and meta.get("result") and (not keep or keep[-1].get("training_iteration") != upto):
+        keep.append(meta["result"])   # the driver died before it saw the checkpoint's result
+    rewrite_results(trial.path, keep)
+    trial.rewind(keep)
+    trial.restored = False
+    return ckpt

@@ -1,0 +1,64 @@
+"""Trials a scheduler stops and starts again (PBT's exploit, synchronous pauses), for the runner
+(runner.py): a paused trial keeps its record open and goes on from a checkpoint, its own or one
+copied from the trial it clones, with the config the scheduler gave it."""
+from __future__ import annotations
+
+import os
+import time
+
+from optuna.trial import TrialState
+
+from raylite.tune import session
+from raylite.tune.schedulers import EXPLOIT
+from raylite.tune.trial import PAUSED, PENDING, TERMINATED, Trial
+
+
+def restart_later(r, trial: Trial) -> None:
+    """A trial the scheduler stopped to change (EXPLOIT: at once) or to hold (PAUSE: until it
+    releases the paused ones together). Its record stays open: it goes on from a checkpoint."""
+    trial.status = PAUSED
+    if trial.stop_reason == EXPLOIT:
+        requeue(r, trial)
+    else:
+        r.paused.append(trial)
+        r.storage.save_trial(trial)
+    release_paused(r)
+
+
+def release_paused(r) -> None:
+    if not r.paused:
+        return
+    for trial in r.scheduler.release(list(r.paused), r.trials, r._can_create()):
+        r.paused.remove(trial)
+        requeue(r, trial)
+
+
+def requeue(r, trial: Trial) -> None:
+    """Queue the trial to start again first: from `trial.restart`'s checkpoint (copied into its
+    directory, as its next one) with that config, else from its own latest checkpoint."""
+    restart, trial.restart = trial.restart, None
+    source = restart[1] if restart else trial.checkpoint_path
+    if source and os.path.isdir(source) and os.path.dirname(source) != trial.path:
+        found = session.trial_checkpoints(trial.path)
+        name = session.checkpoint_dir_name(found[-1][0] + 1 if found else 0)
+        meta = session.Checkpoint(source).metadata
+        source = session.persist_checkpoint(session.Checkpoint(source), trial.path, name, meta).path
+        trial.checkpoint_path = source
+        trial.checkpoints.append((source, meta.get("result") or {}))
+    if restart:
+        trial.config = restart[0]
+        r.storage.save_config(trial)
+    trial.resume_from = source if source and os.path.isdir(source) else None
+    trial.status = PENDING
+    r.pending.appendleft(trial)
+    r.storage.save_trial(trial)
+
+
+def end_paused(r, trial: Trial) -> None:
+    """A paused trial the experiment will not run again ends TERMINATED, as it stood."""
+    r.paused.remove(trial)
+    trial.status, trial.end_time = TERMINATED, time.time()
+    r._tell(trial, TrialState.COMPLETE)
+    trial.compact()
+    r.storage.save_trial(trial)
+    r._fire("on_trial_complete", iteration=r.iteration, trials=r.trials, trial=trial)
