@@ -36,13 +36,17 @@ DRIVER = textwrap.dedent("""
             return os.getpid()
 
     @ray.remote
-    def long_sleeper():
+    def long_sleeper(path):
+        open(path, "w").close()
         time.sleep(300)
 
     keeper = Keeper.remote()
     ray.get(keeper.say.remote())
     ray.get([marker_task.remote(i) for i in range(3)])
-    ref = long_sleeper.remote()
+    started = sys.argv[2]
+    ref = long_sleeper.remote(started)
+    while not os.path.exists(started):   # it runs
+        time.sleep(0.01)
     print("READY", flush=True)
     try:
         ray.get(ref)
@@ -63,7 +67,8 @@ def _start_driver(tmp_path, mode: str = "plain") -> subprocess.Popen:
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     env = dict(os.environ, PYTHONPATH=REPO, RAY_DEDUP_LOGS="0")
-    proc = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen([sys.executable, str(script), mode, str(tmp_path / "started")], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT,
                             env=env, text=True, start_new_session=True)
     for line in proc.stdout:
         if line.strip() == "READY":
@@ -110,7 +115,7 @@ def test_cli_against_a_live_driver(driver, tmp_path):
     assert "1/2 CPU" in out   # the sleeper holds one of the two
     status = cli_json("status")
     assert status["tasks"] == {"FINISHED": 5, "RUNNING": 1} and status["resources"]["used"]["CPU"] == 1.0
-    assert status["cmdline"][-2].endswith("driver.py")
+    assert status["cmdline"][1].endswith("driver.py")
 
     out, _ = cli("list", "tasks", "--filter", "name=marker_task")
     assert out.count("marker_task") == 6 and "Total: 3" in out and "long_sleeper" not in out and "TASK_ID" in out
@@ -133,7 +138,7 @@ def test_cli_against_a_live_driver(driver, tmp_path):
     trace = json.loads(trace_file.read_text())
     assert {e["name"] for e in trace} >= {"marker_task", "Keeper.say"} and all("ts" in e for e in trace)
 
-    out, _ = cli("logs")
+    out = wait_until(lambda: (o := cli("logs")[0]).count("marker-line") == 3 and o, what="the tasks' output")
     assert "keeper-says-hi" in out and all(f"marker-line {i}" in out for i in range(3))
     out, _ = cli("logs", "--actor", actor["actor_id"])
     assert out.strip() == f"(Keeper pid={actor['pid']}) keeper-says-hi"

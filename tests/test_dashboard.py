@@ -175,7 +175,9 @@ def sweep(tmp_path_factory):
         def both_reported():
             panels = json.loads(_get(f"{base}/api/panels?token={token}")[2]).get("tune", [])
             trials = panels[0]["trials"] if panels else []
-            return len(trials) == 2 and all(t["iteration"] == 3 for t in trials) and panels[0]
+            logs = json.loads(_get(f"{base}/api/logs?token={token}")[2])["lines"]
+            return (len(trials) == 2 and all(t["iteration"] == 3 for t in trials)
+                    and any(l["line"] == "trial x=2.0 step 2" for l in logs) and panels[0])
         panel = wait_until(both_reported, timeout=60, what="both trials' three results")
         yield {"url": url, "env": env, "panel": panel, "pid": proc.pid}
     finally:

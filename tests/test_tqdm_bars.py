@@ -67,9 +67,8 @@ DRIVER = textwrap.dedent("""
         print("work-done", flush=True)
 
     ray.get(work.remote())
-    time.sleep(0.3)   # the worker's last lines reach the driver
+    ray.shutdown()   # (it prints what the worker wrote last)
     print("DONE", flush=True)
-    ray.shutdown()
 """)
 
 
