@@ -59,3 +59,22 @@ def test_the_seeds_plugins_line_names_the_one_line_fix(runtime):
     assert "pl.Trainer(strategy=RayStrategy(num_workers=6))" in str(info.value)
     trainer = pl.Trainer(max_steps=1000, strategy=RayStrategy(num_workers=6), logger=False)   # the fix
     assert trainer.strategy.num_workers == 6 and repr(trainer.strategy) == "RayStrategy(num_workers=6)"
+
+
+@pytest.mark.parametrize("kwargs, error, field", [
+    ({"num_cpus_per_worker": "x"}, ValueError, "num_cpus_per_worker"),
+    ({"num_cpus_per_worker": -1}, ValueError, "num_cpus_per_worker"),
+    ({"resources_per_worker": [1]}, TypeError, "resources_per_worker"),
+    ({"resources_per_worker": {"accel": float("nan")}}, ValueError, "resources_per_worker['accel']"),
+    ({"resources_per_worker": {"GPU": "1"}}, ValueError, "resources_per_worker['GPU']"),
+    ({"use_gpu": "yes"}, TypeError, "use_gpu"),
+    ({"init_hook": 5}, TypeError, "init_hook"),
+    ({"num_workers": 2.5}, ValueError, "num_workers"),
+])
+def test_bad_strategy_arguments_name_the_field(kwargs, error, field):
+    from raylite.plugins import RayShardedStrategy, RayStrategy
+
+    for cls in (RayStrategy, RayShardedStrategy):
+        with pytest.raises(error) as info:
+            cls(**kwargs)
+        assert field in str(info.value), info.value

@@ -60,6 +60,8 @@ CASES = [
     ("run-gpu-finer-than-grid", tune_run(resources_per_trial={"gpu": 0.00001}), ValueError, "resources_per_trial['gpu']"),
     ("run-cpu-off-grid", tune_run(resources_per_trial={"cpu": 0.33333}), ValueError, "resources_per_trial['cpu']"),
     ("run-cpu-negative", tune_run(resources_per_trial={"cpu": -1}), ValueError, "resources_per_trial['cpu']"),
+    ("run-pgf-finer-than-grid", tune_run(resources_per_trial=tune.PlacementGroupFactory([{"CPU": 0.00001}])),
+     ValueError, "resources_per_trial"),
     ("run-resources-str", tune_run(resources_per_trial="abc"), TypeError, "resources_per_trial"),
     ("run-resources-too-big", tune_run(resources_per_trial={"cpu": 64}), ValueError, "resources_per_trial"),
     ("run-stop-str-bound", tune_run(stop={"score": "x"}), TypeError, "stop['score']"),

@@ -36,11 +36,20 @@ class _RayWorkers:
                 raise TypeError(f"{type(self).__name__} sets {key} itself; it cannot be passed")
         if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
             raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+        if resources_per_worker is not None and not isinstance(resources_per_worker, dict):
+            raise TypeError(f"resources_per_worker must be a dict such as {{'CPU': 1, 'accel': 1}}, "
+                            f"got {resources_per_worker!r}")
+        if not isinstance(use_gpu, bool):
+            raise TypeError(f"use_gpu must be True or False, got {use_gpu!r}")
+        if init_hook is not None and not callable(init_hook):
+            raise TypeError(f"init_hook must be a function (run once in each worker), got {init_hook!r}")
         resources = dict(resources_per_worker or {})
         cpus = resources.pop("CPU", num_cpus_per_worker)   # Ray's convention: CPU/GPU keys override
         gpus = resources.pop("GPU", 1 if use_gpu else 0)
-        if cpus is None or cpus < 0:
-            raise ValueError(f"num_cpus_per_worker must be >= 0, got {cpus!r}")
+        for what, value in (("num_cpus_per_worker", cpus), ("resources_per_worker['GPU']", gpus),
+                            *((f"resources_per_worker[{k!r}]", v) for k, v in resources.items())):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < float("inf"):
+                raise ValueError(f"{what} must be a number >= 0, got {value!r}")
         if gpus and not use_gpu:
             use_gpu = True
         if use_gpu and not gpus:

@@ -255,7 +255,7 @@ class RunConfig:
                                 f"got {type(value).__name__} {value!r}")
         if self.callbacks is not None and not isinstance(self.callbacks, (list, tuple)):
             raise TypeError(f"RunConfig.callbacks must be a list of callbacks, got {self.callbacks!r}")
-        if not isinstance(self.verbose, int) or isinstance(self.verbose, bool) or self.verbose not in (0, 1, 2, 3):
+        if not isinstance(self.verbose, int) or self.verbose not in (0, 1, 2, 3):
             raise ValueError(f"RunConfig.verbose must be 0, 1, 2 or 3, got {self.verbose!r}")
 
 

@@ -33,7 +33,7 @@ def check_stop(stop) -> None:
 
 
 def check_verbose(verbose) -> None:
-    if not isinstance(verbose, int) or isinstance(verbose, bool) or verbose not in VERBOSITY:
+    if not isinstance(verbose, int) or verbose not in VERBOSITY:   # a bool counts, as in Ray (True: 1)
         raise ValueError(f"verbose must be 0 (silent), 1 (status table), 2 (also each finished trial) or "
                          f"3 (also each result), got {verbose!r}")
 
@@ -54,7 +54,10 @@ def time_budget(time_budget_s, what: str = "time_budget_s") -> float | None:
 
 
 def check_resource_grid(resources, what: str = "resources_per_trial") -> None:
-    """Every share on raylite's grid of 1e-4: a finer one would count as nothing (or a remainder)."""
+    """Every share on raylite's grid of 1e-4: a finer one would count as nothing (or a remainder).
+    A PlacementGroupFactory counts as the sum of its bundles."""
+    if hasattr(resources, "required_resources"):
+        resources, what = dict(resources.required_resources), f"{what} (the PlacementGroupFactory's bundles)"
     if not isinstance(resources, dict):
         return
     items = [(k, v) for k, v in resources.items() if k != "custom_resources"]
