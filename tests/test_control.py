@@ -191,6 +191,14 @@ def test_stale_sessions_are_ignored_and_removed(sessions_dir):
     assert list_sessions() == []
     assert not stale.exists() and not half_made.exists()
     cli("status", expect=1)
+    stale.mkdir()
+    (stale / "session.json").write_text(json.dumps({"session": stale.name, "pid": dead.pid, "started": 1.0}))
+    import raylite as ray
+    ray.init(num_cpus=1)   # a new driver cleans up after dead ones too
+    try:
+        wait_until(lambda: not stale.exists(), what="the stale directory removed")
+    finally:
+        ray.shutdown()
 
 
 def test_in_process_session_and_peer_check(sessions_dir, monkeypatch):

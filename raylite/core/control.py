@@ -10,7 +10,7 @@ One request per connection: a JSON object on one line, answered by one JSON line
 or ``{"error": message, "type": name}``. The answers come from the public state API, run in this
 process, so they are what ``raylite.util.state`` returns here. ``stop`` is the one request that
 does something: it sends this process SIGINT, as Ctrl-C would, so the program unwinds and shuts
-down as it would then.
+down as it would then (a program that ignores SIGINT is shut down and sent SIGTERM).
 
 Cost: ``start`` starts a daemon thread, which makes the directory, binds the socket and writes
 the file (system calls, during which init's thread runs on), then blocks in select().
@@ -226,6 +226,7 @@ class Endpoint:
             print(f"raylite: the control endpoint could not start ({e}); `raylite` commands will not see this "
                   f"driver", file=sys.stderr)
             return
+        sessions.list_sessions()   # removes the directories dead drivers left (a SIGKILL leaves one)
         import select   # (imported already: the selectors module uses it)
         while not self._closed:
             try:
