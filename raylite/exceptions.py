@@ -97,7 +97,12 @@ class WorkerCrashedError(RayError):
 
 
 class RayActorError(RayError):
-    """An actor cannot run the call: it died, was killed or failed to start."""
+    """An actor cannot run the call: it died, was killed or failed to start. ``actor_id``: its id
+    in hex (as get_runtime_context().get_actor_id() gives it), when known, as in Ray."""
+
+    def __init__(self, *args, actor_id: str | None = None):
+        super().__init__(*args)
+        self.actor_id = actor_id
 
 
 class ActorDiedError(RayActorError):

@@ -304,3 +304,38 @@ def test_a_concurrent_actor_whose_handle_is_gone_finishes_a_call_waiting_on_a_ne
     cls = Async if kind == "async" else Threaded
     ref = cls.remote().nested.remote()   # (outside the assert, which would keep the handle)
     assert ray.get(ref, timeout=30) == 7
+
+
+def test_dir_lists_an_actors_methods_as_in_ray(ray_start):
+    """Ray's test_actor_autocomplete: dir() of the class, a handle and a method."""
+    @ray.remote
+    class Foo:
+        def method_one(self):
+            pass
+
+    handle = Foo.remote()
+    assert {n for n in dir(Foo) if not n.startswith("_")} == {"method_one", "options", "remote", "bind"}
+    assert [n for n in dir(handle) if not n.startswith("_")] == ["method_one"]
+    assert {n for n in dir(handle.method_one) if not n.startswith("_")} == {"options", "remote", "bind"}
+
+
+def test_an_actor_error_names_the_actor(ray_start):
+    @ray.remote
+    class Gone:
+        def me(self):
+            return ray.get_runtime_context().get_actor_id()
+
+    @ray.remote
+    def call(handle):
+        try:
+            ray.get(handle.me.remote())
+        except ray.exceptions.RayActorError as e:
+            return e.actor_id
+
+    gone = Gone.remote()
+    actor_id = ray.get(gone.me.remote())
+    ray.kill(gone)
+    with pytest.raises(ray.exceptions.ActorDiedError) as info:
+        ray.get(gone.me.remote())
+    assert info.value.actor_id == actor_id
+    assert ray.get(call.remote(gone)) == actor_id   # (it crosses processes)

@@ -53,7 +53,8 @@ class ActorLifecycle:
 
     def _actor_died(self, actor: Actor | None, spec: TaskSpec) -> exceptions.ActorDiedError:
         why = actor.error if actor is not None and actor.error else "it was killed or its process died"
-        return exceptions.ActorDiedError(f"cannot run {spec.name}: the actor is dead ({why})")
+        return exceptions.ActorDiedError(f"cannot run {spec.name}: the actor is dead ({why})",
+                                         actor_id=f"{spec.actor_id:028x}")
 
     def _release_actor(self, actor: Actor) -> None:
         actor.refs -= 1

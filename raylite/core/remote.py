@@ -345,6 +345,9 @@ class ActorClass:
         except AttributeError:
             raise AttributeError(f"actor class {cls.__name__!r} has no attribute {name!r}") from None
 
+    def __dir__(self):   # the class's names too (autocompletion), as Ray's actor class has them
+        return sorted(set(object.__dir__(self)) | set(dir(self._cls)))
+
     def __mro_entries__(self, bases):
         raise ActorClassInheritanceException(
             f"Inheriting from actor classes is not allowed: subclass the plain class {self._name} "
@@ -423,6 +426,9 @@ class ActorHandle(metaclass=BackendType):
         if name in ("__ray_terminate__", "__ray_ready__"):   # Ray's graceful end (after the calls queued
             return ActorMethod(self, name, 1)                 # before it), and its "constructor done?"
         raise AttributeError(f"'{self.__dict__.get('_class_name', 'Actor')}' actor has no method {name!r}")
+
+    def __dir__(self):   # its methods (autocompletion), as Ray's handle lists them
+        return sorted(set(object.__dir__(self)) | set(self._methods))
 
     def __reduce__(self):   # counted like a nested ObjectRef (see raylite.core.objects)
         if not objects.record(self._actor_id) and process.client is not None:

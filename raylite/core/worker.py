@@ -262,7 +262,7 @@ class _Executor:
         if spec.kind == "actor_call" and self.actor is None and self.init_error:
             # as Ray: ActorDiedError itself, with the constructor's traceback (not this call's frames)
             err = exceptions.ActorDiedError(f"cannot run {spec.name}: the actor is dead (its constructor raised)"
-                                            f"\n\n{self.init_error}")
+                                            f"\n\n{self.init_error}", actor_id=f"{spec.actor_id:028x}")
             return self.finish(spec, [serialization.dumps(err, None, is_error=True)] * max(1, len(spec.return_ids)))
         self.begin(spec, assigned, accel)
         try:
