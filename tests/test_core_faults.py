@@ -237,8 +237,8 @@ def test_a_driver_killed_with_grandchildren_leaves_no_orphan(tmp_path, how):
 
 
 def test_a_killed_zygote_is_restarted_once_then_tasks_fail_saying_so(ray_start, capfd):
-    """The worker factory (zygote) SIGKILLed: the next task restarts it and runs, in the same
-    session; killed again, tasks fail with an error that says what happened (it was
+    """The worker factory (zygote) SIGKILLed: what its workers started ends too, the next task
+    restarts it and runs, in the same session; killed again, tasks fail with an error that says what happened (it was
     "[Errno 32] Broken pipe" for every task)."""
     node = process.client.node
     one = ray.remote(lambda: 1)
@@ -251,7 +251,25 @@ def test_a_killed_zygote_is_restarted_once_then_tasks_fail_saying_so(ray_start, 
         wait_until(lambda: not node.workers, timeout=15, what="its workers' deaths to be seen")
         return pid
 
-    first = kill_zygote()
+    @ray.remote
+    class Spawner:
+        def spawn(self, code):
+            scope = {}
+            exec(code, scope)
+            return scope["kids"], scope["detached"]
+
+    spawner = Spawner.remote()   # (kept: a dropped handle would end the actor before the kill)
+    kids, detached = ray.get(spawner.spawn.remote(_SPAWN), timeout=60)
+    family = wait_until(lambda: (lambda f: f if len(f) >= 3 else None)(_descendants_of_shells(kids)), timeout=10)
+    try:
+        first = kill_zygote()   # their subreaper gone with it, the node ends what its workers started
+        wait_until(lambda: not any(pid_alive(p) for p in family), timeout=15,
+                   what=f"the processes {family} a worker of the killed zygote started to end")
+        assert pid_alive(detached)
+    finally:
+        for pid in family + [detached]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
     assert ray.get(one.remote(), timeout=60) == 1
     assert node.zygote.pid != first and node.zygote.session == node.session
     assert "worker factory (the zygote process, pid %d) died; restarted it" % first in capfd.readouterr().err

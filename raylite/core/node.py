@@ -32,7 +32,7 @@ from raylite.core.serialization import Serialized, error_value
 from raylite.core.resources import SCALE, NodeResources, from_fixed
 from raylite.core.segment_pool import SegmentPool
 from raylite.core.workers import Actor, Waiter, WorkerProc
-from raylite.core.zygote import Zygote
+from raylite.core.zygote import Zygote, end_group
 
 
 PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipelined to busy workers
@@ -159,6 +159,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         self._hold_interrupts()
         self.zygote = zygote
         self.zygote_restarted = False   # see _fork
+        self.zygote_since = 0.0
         self.thread = threading.Thread(target=self._loop, name="raylite-node", daemon=True)
         self.thread.start()
 
@@ -786,6 +787,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 raise OSError(f"raylite's worker factory (the zygote process, pid {died}) died again after "
                               f"its restart, so no worker can start; shut down and init() again") from e
         self.zygote_restarted = True
+        self.zygote_since = time.time()   # workers launched before lost their zygote (_worker_gone)
         self.zygote.close(0)   # (reaps it)
         self.zygote = Zygote(self.session)
         self.zygote.wait_ready()
@@ -834,6 +836,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             self._owner_died(w)
             if w.pid is not None:   # killed while it wrote a large value: what it wrote is no object
                 segments.remove_unfinished(self.shm_prefix, w.pid)
+        if not self.stopping and w.pid is not None and (w.launched < self.zygote_since or self.zygote.exited()):
+            end_group(w.pid)   # its zygote, which ends what a dead worker started, is gone
         if w.index not in self.readers:   # else a thread has it on loan (raylite.core.reader)
             self.sel.unregister(w.chan.sock)
         w.chan.close()

@@ -68,6 +68,13 @@ class Zygote:
         from socket import send_fds
         send_fds(self.sock, [pickle.dumps(config)], fds)
 
+    def exited(self) -> bool:
+        """Whether the zygote process has ended (without reaping it: close() does)."""
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
     def close(self, timeout: float = 5.0) -> None:
         """Closing its socket tells the zygote to kill the workers and exit; wait for that. One that
         was never ready (init() failed) has no workers and no segments yet: it is killed at once.
@@ -136,6 +143,7 @@ def _serve(sock, session: str) -> None:
             _set_parent_death_signal(libc)
             if os.getppid() != me:
                 os._exit(1)
+            os.setpgid(0, 0)   # a group of its own, which what it starts joins: see end_group
             code = 1
             try:
                 runtime_env.expand_env_vars(config["env"])   # Ray's ${VAR}: against the worker's own
@@ -265,6 +273,17 @@ class _Children:
             return os.getsid(pid) == self.session
         except OSError:
             return False
+
+
+def end_group(pid: int) -> None:
+    """SIGKILL the process group of a dead worker (its pid): what it started, for when the zygote,
+    their subreaper, died too. The kernel keeps the pid from reuse while a member of the group
+    lives; with none left this finds nothing (short of a new process taking the pid and leading a
+    group of its own in the moment since)."""
+    try:
+        os.killpg(pid, _signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _kill(pid: int) -> None:
