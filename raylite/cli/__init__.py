@@ -96,9 +96,9 @@ def _logs(args, session) -> int:
         time.sleep(FOLLOW_INTERVAL_S)
         try:
             got = session.request("logs", after=got["next"], pid=pid)
-        except SessionError:
-            if not session.alive():
-                return 0   # the driver ended: so does following it
+        except SessionError as e:
+            if e.kind == "SessionGone" or not session.alive():
+                return 0   # the driver is ending (its endpoint closes first) or has ended: so does following it
             raise
 
 

@@ -20,7 +20,8 @@ INFO_FILE, SOCKET_FILE = "session.json", "control.sock"
 
 
 class SessionError(RuntimeError):
-    """No session to talk to, or it answered with an error (``kind`` names the error's type)."""
+    """No session to talk to, or it answered with an error (``kind`` names the error's type;
+    "SessionGone": its endpoint has closed, as when the driver shuts down)."""
 
     def __init__(self, message: str, kind: str = "SessionError"):
         super().__init__(message)
@@ -154,7 +155,7 @@ class Session:
             try:
                 sock.connect(os.path.join(self.dir, SOCKET_FILE))
             except (FileNotFoundError, ConnectionRefusedError) as e:
-                raise SessionError(f"session {self.id} (pid {self.pid}) is not answering: {e}") from e
+                raise SessionError(f"session {self.id} (pid {self.pid}) is not answering: {e}", "SessionGone") from e
             try:
                 sock.sendall(json.dumps({"op": op, **args}).encode() + b"\n")
             except (BrokenPipeError, ConnectionResetError):
