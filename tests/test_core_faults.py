@@ -63,7 +63,8 @@ def test_a_worker_killed_while_writing_a_large_result_leaves_no_segment(ray_star
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(exceptions.WorkerCrashedError):
         ray.get(ref, timeout=60)   # the death is seen
-    left = wait_until(lambda: not _session_files(pid) or None, timeout=10) and _session_files(pid)
+    wait_until(lambda: not _session_files(pid), timeout=10, what="the dead worker's segments to be removed")
+    left = _session_files(pid)
     print(f"\nbytes left in /dev/shm after the kill: {sum(left.values())} (written before it: "
           f"{sum(written.values())})")
     assert left == {}
