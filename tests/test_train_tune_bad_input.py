@@ -37,6 +37,12 @@ def tuner(**kw):
     return lambda d: tune.Tuner(trainable, param_space={"dir": d}, **kw).fit()
 
 
+def tuner_fit(fn=trainable, **run_kw):
+    """Tuner(...).fit() whose results would go to the case's directory."""
+    return lambda d: tune.Tuner(fn, param_space={"dir": d},
+                                run_config=tune.RunConfig(storage_path=d, verbose=0, **run_kw)).fit()
+
+
 def fit(loop_fn=loop, train_loop_config=None, run_config=None, **kw):
     def call(d):
         rc = run_config if run_config is not None else train.RunConfig()
@@ -90,6 +96,10 @@ CASES = [
     ("tuner-param-space-int", lambda d: tune.Tuner(trainable, param_space=5), ValueError, "param_space"),
     ("tuner-tune-config-dict", tuner(tune_config={"metric": "score"}), TypeError, "tune_config"),
     ("tuner-run-config-dict", tuner(run_config={"name": "x"}), TypeError, "run_config"),
+    ("tuner-stop-str-bound", tuner_fit(stop={"score": "x"}), TypeError, "stop['score']"),
+    ("with-resources-finer-than-grid", lambda d: tune.with_resources(trainable, {"gpu": 0.00001}), ValueError,
+     "with_resources(resources=...)['gpu']"),
+    ("tuner-name-dotdot", tuner_fit(name="../x"), ValueError, "name"),
     ("tuneconfig-mode", make(tune.TuneConfig, mode="up"), ValueError, "mode"),
     ("tuneconfig-num-samples", make(tune.TuneConfig, num_samples=0), ValueError, "num_samples"),
     ("tuneconfig-time-budget", make(tune.TuneConfig, time_budget_s=-1), ValueError, "time_budget_s"),

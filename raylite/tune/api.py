@@ -94,7 +94,6 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     from raylite.tune.tuner import split_resources
     trainable, resources_per_trial = split_resources(trainable, resources_per_trial)
     _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures, stop)
-    _validate.check_stop(stop)
     _validate.check_verbose(verbose)
     _validate.check_resource_grid(resources_per_trial)
     time_budget_s = _validate.time_budget(time_budget_s)
@@ -201,6 +200,7 @@ def _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures
     if stop is not None and not (isinstance(stop, dict) or callable(stop)):
         raise TypeError(f"stop must be a dict, a function (trial_id, result) -> bool or a Stopper, "
                         f"got {type(stop).__name__}")
+    _validate.check_stop(stop)
 
 
 def _inner(trainable):

@@ -29,6 +29,7 @@ from raylite.train.config import CheckpointConfig, FailureConfig, ScalingConfig
 from raylite.train.config import RunConfig as _TrainRunConfig
 from raylite.train.result import Result as _TrainResult
 from raylite.train.trainer import DataParallelTrainer
+from raylite.tune import _validate
 from raylite.tune.analysis import ExperimentAnalysis
 from raylite.tune.api import TuneError, _check_arguments, normalize_resources, run
 from raylite.tune.schedulers import as_scheduler
@@ -109,6 +110,7 @@ def with_resources(trainable: Callable, resources: dict | PlacementGroupFactory 
                 "like {'cpu': 2, 'gpu': 0.5} or a tune.PlacementGroupFactory")
         raise TypeError(f"with_resources(resources=...) must be a dict like {{'cpu': 2, 'gpu': 0.5}}, a "
                         f"tune.PlacementGroupFactory or a ScalingConfig, got {type(resources).__name__}")
+    _validate.check_resource_grid(resources, "with_resources(resources=...)")
     return _WithResources(trainable, normalize_resources(resources, "with_resources(resources=...)"))
 
 
