@@ -339,3 +339,19 @@ def test_an_actor_error_names_the_actor(ray_start):
         ray.get(gone.me.remote())
     assert info.value.actor_id == actor_id
     assert ray.get(call.remote(gone)) == actor_id   # (it crosses processes)
+
+
+def test_a_killed_named_actors_name_is_free_at_once(ray_start):
+    @ray.remote
+    class Named:
+        def pid(self):
+            import os
+            return os.getpid()
+
+    first = Named.options(name="taken").remote()
+    pid = ray.get(first.pid.remote())
+    ray.kill(first)
+    with pytest.raises(ValueError, match="Failed to look up actor"):
+        ray.get_actor("taken")
+    second = Named.options(name="taken").remote()
+    assert ray.get(ray.get_actor("taken").pid.remote()) == ray.get(second.pid.remote()) != pid

@@ -76,6 +76,9 @@ class ActorLifecycle:
             return
         if no_restart:
             actor.restarts_left = 0
+            name = actor.spec.actor_name
+            if name and self.named.get(name) == actor_id:   # free at once, as Ray's kill: a new actor
+                del self.named[name]                        # may take the name before this one is gone
         actor.error = actor.error or "killed by kill()"
         w = actor.worker
         if w is None:   # not placed yet
