@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import urllib.error
 import urllib.request
 
@@ -117,7 +116,7 @@ def test_off_by_default(tmp_path, monkeypatch):
     ctx = ray.init(num_cpus=1)
     try:
         assert ctx.dashboard_url is None
-        assert not any(t.name == "raylite-dashboard" for t in threading.enumerate())
+        assert ray.get_runtime_context().get_dashboard_url() == ""
     finally:
         ray.shutdown()
 

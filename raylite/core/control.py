@@ -205,42 +205,51 @@ _LISTERS = {"tasks": "list_tasks", "actors": "list_actors", "objects": "list_obj
 
 # ---------------------------------------------------------------- the endpoint
 class Endpoint:
-    """The socket server of one session, and its dashboard if one was asked for; ``close`` stops
-    both and removes the session directory."""
+    """The socket server of one session, and its dashboard if one was asked for: one thread
+    watches both sockets. ``close`` stops both and removes the session directory."""
 
     def __init__(self, node, info: dict, serve: bool, dashboard=None):
-        self.node, self.info, self.dashboard = node, info, dashboard
+        self.node, self.info, self.dashboard, self.serve = node, info, dashboard, serve
         self.dir = sessions.session_dir(node.session)
         self._sock: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._closed = False
-        self.thread = None
-        if serve:
-            self.thread = threading.Thread(target=self._run, name="raylite-control", daemon=True)
-            self.thread.start()
+        self.thread = threading.Thread(target=self._run, name="raylite-control", daemon=True)
+        self.thread.start()
 
     def _run(self) -> None:
-        try:   # in this thread: the directory and the socket are file system calls (~1 ms on a busy
-            self._sock = sessions.listen(self.dir, self.info)   # disk), and each one lets go of the GIL
-        except OSError as e:
-            print(f"raylite: the control endpoint could not start ({e}); `raylite` commands will not see this "
-                  f"driver", file=sys.stderr)
+        if self.serve:
+            try:   # in this thread: the directory and the socket are file system calls (~1 ms on a busy
+                self._sock = sessions.listen(self.dir, self.info)   # disk), and each one lets go of the GIL
+            except OSError as e:
+                print(f"raylite: the control endpoint could not start ({e}); `raylite` commands will not see "
+                      f"this driver", file=sys.stderr)
+            else:
+                sessions.list_sessions()   # removes the directories dead drivers left (a SIGKILL leaves one)
+        dash = self.dashboard.socket if self.dashboard is not None else None
+        watched = [s for s in (self._sock, dash) if s is not None]
+        if not watched:
             return
-        sessions.list_sessions()   # removes the directories dead drivers left (a SIGKILL leaves one)
         import select   # (imported already: the selectors module uses it)
         while not self._closed:
             try:
-                readable, _, _ = select.select([self._sock, self._wake_r], [], [])
+                readable, _, _ = select.select([*watched, self._wake_r], [], [])
             except (OSError, ValueError):
                 break
             if self._wake_r in readable:
                 break
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                continue
-            with conn:
-                self._serve(conn)
+            if dash in readable:
+                try:
+                    self.dashboard.accept_one()
+                except Exception as e:   # noqa: BLE001 - the endpoint goes on serving the CLI
+                    print(f"raylite: the dashboard could not answer: {type(e).__name__}: {e}", file=sys.stderr)
+            if self._sock in readable:
+                try:
+                    conn, _ = self._sock.accept()
+                except OSError:
+                    continue
+                with conn:
+                    self._serve(conn)
 
     def _serve(self, conn: socket.socket) -> None:
         import json
@@ -270,14 +279,14 @@ class Endpoint:
     def close(self) -> None:
         """Stop answering and remove the session directory."""
         self._closed = True
-        if self.dashboard is not None:
-            self.dashboard.close()
         try:
             self._wake_w.send(b"x")
         except OSError:
             pass
-        if self.thread is not None and self.thread is not threading.current_thread():
+        if self.thread is not threading.current_thread():
             self.thread.join(5)
+        if self.dashboard is not None:
+            self.dashboard.close()
         if self._sock is not None:
             self._sock.close()
         self._wake_r.close()

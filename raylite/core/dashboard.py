@@ -7,9 +7,9 @@ polls ``/api/snapshot`` every two seconds: what the control endpoint answers (ra
 plus the tasks and actors tables and the worker output since its last poll. ``/api/status``,
 ``/api/tasks``, ``/api/actors``, ``/api/logs`` and ``/api/panels`` give the parts alone.
 
-Cost: init binds the port (so a port in use fails init before anything starts) and starts a
-thread that waits for the first connection; only then does it import http.server (~40 ms) and
-serve. Nothing of it is on the task path.
+Cost: init binds the port (so a port in use fails init before anything starts); the control
+endpoint's thread (raylite.core.control) watches it, and only the first connection imports
+http.server (~40 ms). Nothing of it is on the task path.
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import hmac
 import os
 import socket
 import sys
-import threading
 import time
 import warnings
 
@@ -30,7 +29,8 @@ TABLE_ROWS = 200
 
 
 class Dashboard:
-    """The page's server: bound at construction, serving once ``start`` gives it the node."""
+    """The page's server: bound at construction, answering once ``start`` gives it the node. The
+    control endpoint's thread accepts its connections (no thread of its own to start at init)."""
 
     def __init__(self, host: str | None, port: int | None):
         if host not in (None, "127.0.0.1", "localhost"):
@@ -49,9 +49,7 @@ class Dashboard:
             raise
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}/?token={self.token}"
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._closed = False
-        self.thread: threading.Thread | None = None
+        self._server = None
         self.node = self.info = None
 
     def _bind(self, port: int | None) -> None:
@@ -66,38 +64,23 @@ class Dashboard:
 
     def start(self, node, info: dict) -> None:
         self.node, self.info = node, info
-        self.thread = threading.Thread(target=self._run, name="raylite-dashboard", daemon=True)
-        self.thread.start()
         print(f"raylite: dashboard at {self.url}", file=sys.stderr)
 
-    def _run(self) -> None:
-        import select
-        server = None
-        try:
-            while not self._closed:
-                readable, _, _ = select.select([self._sock, self._wake_r], [], [])
-                if self._wake_r in readable:
-                    break
-                if server is None:
-                    server = _server(self)
-                server.handle_request()   # one connection; its request runs in a thread of its own
-        except (OSError, ValueError):
-            pass
-        finally:
-            if server is not None:
-                server.socket = None   # ours: closed by close()
+    @property
+    def socket(self) -> socket.socket:
+        """The listening socket, which the control endpoint's thread watches (raylite.core.control)."""
+        return self._sock
+
+    def accept_one(self) -> None:
+        """Take the connection waiting on the socket; its request runs in a thread of its own."""
+        if self._server is None:
+            self._server = _server(self)
+        self._server.handle_request()
 
     def close(self) -> None:
-        self._closed = True
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
-        if self.thread is not None and self.thread is not threading.current_thread():
-            self.thread.join(5)
+        if self._server is not None:
+            self._server.socket = None   # ours, closed here
         self._sock.close()
-        self._wake_r.close()
-        self._wake_w.close()
 
     # ------------------------------------------------------------ what the page reads
     def allowed(self, query: dict) -> bool:
