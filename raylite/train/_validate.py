@@ -3,20 +3,23 @@ it (Ray's ValueError for a trainer attribute of the wrong type) instead of an At
 inside ``fit``, after the workers started."""
 from __future__ import annotations
 
-from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import BackendConfig, RunConfig, ScalingConfig, _is_search_space
 
 
 def check_trainer_arguments(train_loop_config, backend_config, scaling_config, run_config,
-                            resume_from_checkpoint, backend_field: str = "backend_config") -> None:
+                            resume_from_checkpoint) -> None:
     check_loop_config(train_loop_config, "train_loop_config")
-    for field, value, cls in ((backend_field, backend_config, BackendConfig),
+    for field, value, cls in (("backend_config", backend_config, BackendConfig),
                               ("scaling_config", scaling_config, ScalingConfig),
-                              ("run_config", run_config, RunConfig),
-                              ("resume_from_checkpoint", resume_from_checkpoint, Checkpoint)):
+                              ("run_config", run_config, RunConfig)):
         if value is not None and not isinstance(value, cls):
             raise ValueError(f"{field} must be a raylite.train.{cls.__name__}, got {type(value).__name__} "
                              f"{value!r}{_as_call(cls, value)}")
+    # a Train or a Tune checkpoint (both have a directory); a path given as it is is the usual slip
+    if resume_from_checkpoint is not None and not hasattr(resume_from_checkpoint, "path"):
+        raise ValueError(f"resume_from_checkpoint must be a raylite.train.Checkpoint, got "
+                         f"{type(resume_from_checkpoint).__name__} {resume_from_checkpoint!r}; for a directory "
+                         f"pass Checkpoint.from_directory({resume_from_checkpoint!r})")
 
 
 def check_loop_config(config, field: str) -> None:
