@@ -355,3 +355,31 @@ def test_a_killed_named_actors_name_is_free_at_once(ray_start):
         ray.get_actor("taken")
     second = Named.options(name="taken").remote()
     assert ray.get(ray.get_actor("taken").pid.remote()) == ray.get(second.pid.remote()) != pid
+
+
+@pytest.mark.parametrize("ray_start", [1], indirect=True)
+def test_a_task_starved_by_an_actor_blocked_on_it_is_explained(ray_start, monkeypatch, read_output):
+    """The other side of an actor keeping its CPU: a task it waits for cannot start on a 1-CPU node.
+    Ray warns that the resources are claimed by actors; so does raylite, once, naming the task."""
+    from raylite.core import actors
+    monkeypatch.setattr(actors, "STARVED_WARN_S", 0.1)
+
+    @ray.remote
+    def nested():
+        return 1
+
+    @ray.remote(num_cpus=1)
+    class Holder:
+        def run(self):
+            try:
+                return ray.get(nested.remote(), timeout=20)
+            except ray.exceptions.GetTimeoutError:
+                return "starved"
+
+    holder = Holder.remote()
+    ref = holder.run.remote()
+    _, err = read_output(lambda out, err: "actor(s) blocked in get hold" in err, timeout=15)
+    assert "nested is waiting for {CPU: 1}" in err and "num_cpus=0 holds none" in err
+    ray.kill(holder)   # (its CPU back: the nested task runs, the test ends)
+    with pytest.raises(ray.exceptions.ActorDiedError):
+        ray.get(ref)

@@ -4,6 +4,7 @@ state under the node's lock like every other node method."""
 from __future__ import annotations
 
 import signal
+import sys
 
 from raylite import exceptions
 from raylite.core.objects import minted_by
@@ -12,8 +13,50 @@ from raylite.core.serialization import error_value
 from raylite.core.workers import Actor
 
 
+STARVED_WARN_S = 10.0   # a task waiting this long for CPUs that actors blocked in get hold: say so (once)
+
+
+class _StarvedCheck:
+    """A timer (see ObjectTable.add_timer): is a task waiting for CPUs that blocked actors hold?"""
+
+    __slots__ = ("node", "done")
+
+    def __init__(self, node):
+        self.node, self.done = node, False
+
+    def expire(self) -> None:
+        self.done = True
+        self.node.starved_check = None
+        self.node._check_starved()
+
+
 class ActorLifecycle:
     """Node methods for actors (see raylite.core.node.Node for the state they use)."""
+
+    def _actor_blocked(self, w) -> None:
+        """An actor waiting in get, wait or next keeps the CPUs it holds, as in Ray. Should a task
+        then wait for CPUs, that is likely why: after STARVED_WARN_S it is said once (Ray warns too)."""
+        if w.alloc is None or not w.alloc.resources.get("CPU", 0):
+            return
+        self.blocked_actors.add(w.index)
+        if not self.starved_warned and self.starved_check is None:
+            self.starved_check = _StarvedCheck(self)
+            self.table.add_timer(STARVED_WARN_S, self.starved_check)
+
+    def _check_starved(self) -> None:
+        holders = [w for i in self.blocked_actors if (w := self.workers.get(i)) is not None and w.alloc is not None]
+        waiting = next((q[0] for q in self.queues.values() if q and q[0].kind == "task" and q[0].placement is None
+                        and q[0].request.get("CPU", 0)), None)
+        if self.starved_warned or not holders or waiting is None:
+            return
+        self.starved_warned = True
+        held = sum(w.alloc.resources.get("CPU", 0) for w in holders)
+        message = (f"{waiting.name} is waiting for {self.res.describe(waiting.request)} while {len(holders)} "
+                   f"actor(s) blocked in get hold {self.res.describe({'CPU': held})}: as in Ray, an actor keeps its "
+                   f"CPUs while it waits, so what it waits for may never start. Create such actors with fewer "
+                   f"num_cpus (num_cpus=0 holds none), or give the node more CPUs")
+        sys.stderr.write(f"raylite: {message}\n")
+        self.cluster_events.add("WARNING", "AUTOSCALER", message, name=waiting.name)
 
     def _pump_actor(self, actor: Actor) -> None:
         w = actor.worker

@@ -146,6 +146,9 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         self.dead_workers: deque = deque(maxlen=DEAD_WORKERS_KEPT)   # (index, pid, exit type, detail,
                                                                       #  launched, ended)
         self.oom_kills = _oom_kills()   # the kernel's count, to tell an out-of-memory kill (_worker_gone)
+        self.blocked_actors: set[int] = set()   # actor workers waiting in get with CPUs held (_actor_blocked)
+        self.starved_check = None               # its pending timer, if any
+        self.starved_warned = False
         self._init_readers()
         self._init_env_setup()
         self._init_output()
@@ -850,6 +853,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         if pool and w in pool:
             pool.remove(w)
         if w.actor is not None:
+            self.blocked_actors.discard(w.index)
             return self._actor_gone(w.actor)
         if w.next is not None:
             self._requeue(w.next)
@@ -875,6 +879,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 f"the worker running {spec.name} (pid={w.pid}) died unexpectedly")))
 
     def _unblock(self, w: WorkerProc) -> None:
+        if self.blocked_actors:
+            self.blocked_actors.discard(w.index)
         if w.blocked:
             w.alloc.pool.adjust("CPU", -w.blocked)
             w.blocked = 0
@@ -1043,7 +1049,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         """A task blocked in get, wait or next gives its CPU back, so nested work cannot deadlock.
         An actor keeps what it holds, as in Ray (which releases CPUs for blocked tasks only)."""
         if w.actor is not None:
-            return
+            return self._actor_blocked(w)
         if w.next is not None:   # it may wait on the task queued behind it
             self._recall(w)
         if w.alloc is not None and not w.blocked:
