@@ -28,6 +28,7 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from raylite.core import sessions
@@ -97,9 +98,8 @@ def _status(node) -> dict:
     under the node lock (node.call_sync)."""
     from raylite.core import snapshot
     from raylite.core.resources import from_fixed
-    total, available = node.resource_view()
-    free = {k: from_fixed(v) for k, v in node.res.available().items()}
-    used = {k: max(0.0, round(v - free.get(k, 0.0), 4)) for k, v in total.items() if not k.startswith("node:")}
+    total, available = node.resource_view()   # (available leaves out what is used up)
+    used = {k: max(0.0, round(v - available.get(k, 0.0), 4)) for k, v in total.items() if not k.startswith("node:")}
     devices = {res: [{"id": dev, "used": round(1 - from_fixed(units), 4)}
                      for dev, units in node.res.device_free(res).items()] for res in node.res.device_ids}
     tasks, dropped = snapshot.view(node, "tasks", False)
@@ -117,10 +117,7 @@ def _status(node) -> dict:
 
 
 def _count(rows: list[dict], column: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row[column]] = counts.get(row[column], 0) + 1
-    return counts
+    return dict(Counter(row[column] for row in rows))
 
 
 def _logs(node, after: int, pid: int | None, limit: int) -> dict:

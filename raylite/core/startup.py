@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
-from raylite.core.resources import SCALE, to_fixed
+from raylite.core import machine
+from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, to_fixed
 
 NODE_IP = "127.0.0.1"
 
@@ -68,17 +69,13 @@ def use_ray(address: str | None, backend: str | None) -> bool:
 
 
 def accelerator_part(resources: dict | None) -> dict | None:
+    """The accelerator entries of init's resources (node_totals has checked their type)."""
     if resources is None:
         return None
-    if not isinstance(resources, dict):
-        raise TypeError(f"resources must be a dict, got {type(resources).__name__}")
-    from raylite.core.resources import ACCELERATOR_RESOURCES
     return {k: v for k, v in resources.items() if k in ACCELERATOR_RESOURCES} or None
 
 
 def node_totals(num_cpus, num_gpus, resources, object_store_memory) -> dict[str, int]:
-    from raylite.core.resources import ACCELERATOR_RESOURCES
-    from raylite.core import machine
     if resources is not None and not isinstance(resources, dict):
         raise TypeError(f"init(): resources must be a dict of resource names to amounts, got "
                         f"resources={resources!r} ({type(resources).__name__})")
