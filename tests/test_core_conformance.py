@@ -383,3 +383,23 @@ def test_a_task_starved_by_an_actor_blocked_on_it_is_explained(ray_start, monkey
     ray.kill(holder)   # (its CPU back: the nested task runs, the test ends)
     with pytest.raises(ray.exceptions.ActorDiedError):
         ray.get(ref)
+
+
+def test_an_actor_call_whose_argument_can_never_be_computed_fails_alone(ray_start, capfd):
+    @ray.remote(num_gpus=64)
+    def never():
+        return 1
+
+    @ray.remote
+    class Runs:
+        def f(self, x=None):
+            return "ran"
+
+    actor = Runs.remote()
+    with pytest.warns(UserWarning, match="will never be scheduled"):
+        doomed = actor.f.remote(never.remote())
+    after = actor.f.remote()
+    with pytest.raises(ray.exceptions.RayTaskError, match="can never be computed"):
+        ray.get(doomed, timeout=30)
+    assert ray.get(after, timeout=30) == "ran"
+    assert "internal error" not in capfd.readouterr().err

@@ -376,7 +376,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 actor = self.actors.get(spec.actor_id) if spec.kind == "actor_call" else None
                 if actor is not None and spec in actor.queue:
                     actor.queue.remove(spec)
-                    self._resume_actor(actor)
+                    self._resume_actor(actor, spec.task_id)
                 return
             then()
         self.table.add_waiter(Waiter(resolved), missing, None)
