@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+import backend
 from helpers import pid_alive as _pid_alive, wait_until as _wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -45,11 +46,33 @@ def _is_core_test(node) -> bool:
     return Path(str(node.fspath)).name.startswith(CORE_TEST_PREFIX)
 
 
+INIT_FIXTURES = {"ray_init", "ray_start", "ray2", "runtime"}   # what RAYLITE_TEST_BACKEND selects for
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "local_only(reason): cannot apply on Ray (white-box, zygote, shared "
+                                       "memory, ...): skipped when RAYLITE_TEST_BACKEND=ray")
+
+
 def pytest_collection_modifyitems(config, items):
     # A hang must fail the test rather than block CI.
     for item in items:
         if _is_core_test(item) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(DEFAULT_CORE_TIMEOUT_S))
+        if backend.ON_RAY and _is_core_test(item):
+            local_only = item.get_closest_marker("local_only")
+            if local_only is not None:
+                item.add_marker(pytest.mark.skip(reason=f"local runtime only: {local_only.args[0]}"))
+            elif not INIT_FIXTURES & set(getattr(item, "fixturenames", ())):
+                item.add_marker(pytest.mark.skip(reason="starts its own runtime, not through the init fixtures "
+                                                        "RAYLITE_TEST_BACKEND=ray selects (the local run covers it)"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _backend_cluster():
+    """RAYLITE_TEST_BACKEND=ray: the Ray cluster a module's tests shared ends with the module."""
+    yield
+    backend.close()
 
 
 # --------------------------------------------------------------------------
@@ -87,7 +110,7 @@ def ray_init():
 
     def _init(**kwargs):
         kwargs.setdefault("num_cpus", 2)
-        return ray.init(**kwargs)
+        return backend.init(**kwargs)
 
     try:
         yield _init
@@ -378,7 +401,7 @@ def ray2():
 
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2)
+    backend.init(num_cpus=2)
     yield ray
     ray.shutdown()
 
@@ -397,7 +420,7 @@ def runtime():
 
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2)
+    backend.init(num_cpus=2)
     try:
         yield
     finally:

@@ -321,6 +321,7 @@ def test_wait_timeout_zero_returns_immediately(ray_start, tmp_path):
     assert ready == [] and not_ready == [ref]
 
 
+@pytest.mark.local_only("white-box: reads the local node's object table")
 def test_polling_a_running_task_leaves_nothing_behind(ray_start, tmp_path):
     """A loop polling with wait(timeout) or get(timeout) (as a trainer does for days) must not
     leave one record per poll on the object, nor a timer per early get (white-box)."""
@@ -521,6 +522,7 @@ def test_scheduler_never_oversubscribes_cpus(ray_start):
     assert _max_overlap(intervals) == 2, intervals
 
 
+@pytest.mark.local_only("timed overlap: Ray starts a worker per extra concurrent task, slower than the 0.6 s tasks")
 def test_fractional_cpus_allow_more_concurrent_tasks(ray_start):
     timed = _timed_sleep_task()
     intervals = ray.get([timed.options(num_cpus=0.5).remote(0.6) for _ in range(8)])
@@ -658,6 +660,7 @@ def test_actor_repr_prefixes_its_output_like_ray(ray_start, read_output):
     assert f"(Shard(index=7) pid={pid}) hi {tag}" in out, out
 
 
+@pytest.mark.local_only("Ray's sockets under _temp_dir=tmp_path exceed AF_UNIX's 107-byte path limit")
 def test_log_to_driver_false_sends_worker_output_to_log_files(ray_init, read_output, tmp_path):
     tag = uuid.uuid4().hex
     ray_init(num_cpus=1, log_to_driver=False, _temp_dir=str(tmp_path))
@@ -684,6 +687,7 @@ def test_log_to_driver_false_sends_worker_output_to_log_files(ray_init, read_out
     assert tag not in out and tag not in err
 
 
+@pytest.mark.local_only("Ray 2.60 forwards a job with a logging_config without the (task pid=N) prefix")
 def test_logging_config_sets_up_the_workers_root_logger(ray_init, read_output):
     import json
     import logging
@@ -728,6 +732,7 @@ def test_logging_config_from_rays_environment_variable(tmp_path):
     assert json.loads(line)["message"] == "from the driver"
 
 
+@pytest.mark.local_only("white-box: reads the local node's output buffers")
 def test_progress_bar_output_shows_its_last_drawing(ray_start, read_output):
     """tqdm redraws one line with carriage returns, for as long as the job runs: the driver
     prints what a terminal would show once the line ends, and holds only that meanwhile."""
@@ -800,6 +805,7 @@ def test_tqdm_ray_prints_status_lines_from_tasks(ray_start, read_output):
     assert lines[-1].startswith(f"(work pid={pid}) manual-{tag}:  75% 3/4 batch") and len(lines) == 7
 
 
+@pytest.mark.local_only("Ray's own signature errors have no 'f.remote(): ' prefix")
 def test_arguments_are_checked_against_the_signature_at_remote(ray_start):
     """As in Ray: a call that cannot bind is a TypeError at .remote(), before anything runs."""
     @ray.remote

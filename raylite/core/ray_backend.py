@@ -12,6 +12,7 @@ the user's exception class, with the remote traceback.
 """
 from __future__ import annotations
 
+import os
 import re
 import socket
 import sys
@@ -19,6 +20,7 @@ import sys
 from raylite import exceptions
 from raylite.core.objects import process
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 INSTALL_HINT = "pip install 'raylite[ray]'"
 _RAY_INIT_KEYS = ("num_cpus", "num_gpus", "resources", "object_store_memory", "namespace", "runtime_env",
                   "logging_level", "logging_format", "include_dashboard", "dashboard_host", "dashboard_port",
@@ -45,6 +47,9 @@ def connect(address: str | None, ignore_reinit_error: bool, log_to_driver: bool,
         options["job_config"] = _ray_job_config(ray, options["job_config"])
     if address:
         _check_reachable(address)
+    # the workers' output reaches the driver with plain prefixes, "(task pid=N) ...", as from the
+    # local runtime (Ray colours them unless told otherwise)
+    os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     try:
         info = ray.init(address=address, ignore_reinit_error=ignore_reinit_error, log_to_driver=log_to_driver,
                         configure_logging=configure_logging, **options)
@@ -133,7 +138,7 @@ def translate(err: BaseException) -> BaseException:
     if isinstance(err, ray.exceptions.RayTaskError):
         # Ray's dual instance (``RayTaskError(ValueError)``) keeps only the cause and its message;
         # the task's name and pid are in the message's header (``ray::my_task() (pid=1234, ...``)
-        text = str(err)
+        text = _ANSI.sub("", str(err))   # (Ray colours the header; raylite's errors are plain text)
         named = re.search(r"ray::([\w.<>]+)\(\)\S* \(pid=(\d+)", text)
         return exceptions.RayTaskError(named.group(1) if named else "task", text, _user_cause(err),
                                        int(named.group(2)) if named else None).as_instanceof_cause()
@@ -179,12 +184,17 @@ def get(object_refs, timeout):
 
 
 def wait(object_refs, num_returns: int, timeout, fetch_local: bool):
+    """As raylite's: the first ``num_returns`` ready refs in the order given (Ray picks any of
+    the ready ones, so a second, non-blocking look finds all that are ready)."""
     refs = list(object_refs)
+    ray = _ray()
     with _Translated():
-        ready, _ = _ray().wait(refs, num_returns=num_returns, timeout=timeout, fetch_local=fetch_local)
+        ready, _ = ray.wait(refs, num_returns=num_returns, timeout=timeout, fetch_local=fetch_local)
+        if len(ready) < len(refs):
+            ready += ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=fetch_local)[0]
     done = set(ready)
-    ready = [r for r in refs if r in done]   # raylite's order: as given
-    return ready, [r for r in refs if r not in done]
+    done = set([r for r in refs if r in done][:num_returns])
+    return [r for r in refs if r in done], [r for r in refs if r not in done]
 
 
 def put(value, owner=None):
