@@ -389,6 +389,18 @@ def test_error_headers_name_the_task_and_its_pid(cluster):
     with pytest.raises(KeyError) as info:
         raylite.get(Named.remote().method.remote())
     assert str(info.value).startswith("Named.method() (pid=")
+    assert "\x1b[" not in str(info.value)   # plain text, as locally (Ray colours its header)
+
+
+def test_wait_gives_the_first_ready_refs_in_the_order_given(cluster):
+    @raylite.remote
+    def ident(x):
+        return x
+
+    refs = [ident.remote(i) for i in range(6)]
+    raylite.get(refs)
+    for n in (1, 2, 5):
+        assert raylite.wait(refs, num_returns=n, timeout=60) == (refs[:n], refs[n:])
 
 
 def test_generator_tasks_give_rays_generator_which_raylite_takes(cluster):
