@@ -474,6 +474,7 @@ def test_call_on_temporary_handle_still_runs(ray_init):
     assert ray.get(Echo.remote().echo.remote(7)) == 7
 
 
+@pytest.mark.local_only("white-box: reads the local node's actor table")
 def test_dead_actors_are_forgotten_once_no_handle_remains(ray_start, wait_until):
     """A sweep may create thousands of short-lived actors: the driver keeps a dead one's record
     (constructor arguments included) only while a handle could still call it (white-box)."""
@@ -506,7 +507,7 @@ def test_dead_actors_are_forgotten_once_no_handle_remains(ray_start, wait_until)
         ray.get(kept.size.remote())   # the live handle still learns why
 
 
-@pytest.mark.parametrize("kind", ["plain", "async"])
+@pytest.mark.parametrize("kind", ["plain", pytest.param("async", marks=pytest.mark.local_only("async calls overlap"))])
 def test_exit_actor_ends_it_for_good(ray_start, wait_pids_gone, kind):
     @ray.remote(max_restarts=2)
     class Quitter:

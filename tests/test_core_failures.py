@@ -331,6 +331,7 @@ def test_worker_sigkill_retried_then_worker_crashed_error(ray_start, tmp_path):
     assert len(set(pids)) == 4  # each attempt ran in a fresh worker
 
 
+@pytest.mark.local_only("patches the local node's OOM detection")
 def test_a_worker_the_kernel_killed_for_memory_raises_out_of_memory_error(ray_start, monkeypatch):
     """A worker that dies while the kernel's count of out-of-memory kills rises was its victim:
     the task raises OutOfMemoryError (after its retries) and an actor's calls say why it died."""

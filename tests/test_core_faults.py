@@ -36,6 +36,7 @@ def _session_files(pid: int | None = None) -> dict[str, int]:
     return found
 
 
+@pytest.mark.local_only("the local runtime's shared-memory segments")
 def test_a_worker_killed_while_writing_a_large_result_leaves_no_segment(ray_start, tmp_path):
     """The task's result is a 200 MB array and an object whose pickling blocks: the worker is
     SIGKILLed while its result is half written (the array's segment is filled, the value not
@@ -105,6 +106,7 @@ def _inject_enospc(monkeypatch, directory: str) -> list:
     return hit
 
 
+@pytest.mark.local_only("the local runtime's shared-memory segments")
 def test_enospc_while_writing_spills_to_disk_or_raises_object_store_full(ray_start, monkeypatch, tmp_path):
     """/dev/shm filling up between the free-space check and the write: put() spills the value to
     disk (or, with nowhere to spill, raises ObjectStoreFullError), never a TypeError, and the
@@ -237,6 +239,7 @@ def test_a_driver_killed_with_grandchildren_leaves_no_orphan(tmp_path, how):
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.local_only("the local runtime's zygote")
 def test_a_killed_zygote_is_restarted_once_then_tasks_fail_saying_so(ray_start, capfd):
     """The worker factory (zygote) SIGKILLed: what its workers started ends too, the next task
     restarts it and runs, in the same session; killed again, tasks fail with an error that says what happened (it was
@@ -280,6 +283,7 @@ def test_a_killed_zygote_is_restarted_once_then_tasks_fail_saying_so(ray_start, 
         ray.get(one.options(max_retries=0).remote(), timeout=60)
 
 
+@pytest.mark.local_only("the local runtime's shared-memory segments")
 def test_enospc_in_a_worker_writing_its_result_spills_it(ray_start):
     """The same in a worker: its result's segment meets a full /dev/shm, the result spills to
     disk and the driver reads it; no partial segment stays."""

@@ -157,6 +157,7 @@ def test_retried_generator_repeats_no_value(ray_start, tmp_path):
     assert [ray.get(r) for r in flaky.remote(str(marker))] == [0, 1, 2]
 
 
+@pytest.mark.local_only("white-box: reads the local node's streams")
 def test_dropped_generator_frees_the_values_nobody_took(ray_start, tmp_path, wait_until):
     from raylite.core import api
     node = api._node

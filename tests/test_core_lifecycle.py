@@ -524,6 +524,7 @@ def test_preload_modules_are_imported_before_workers_fork(monkeypatch):
         ray.shutdown()
 
 
+@pytest.mark.local_only("the local runtime's zygote")
 def test_init_fails_clearly_when_workers_cannot_start(monkeypatch, ray_init):
     """init() waits for the zygote to be ready, so a Python that cannot run it fails init() with a
     clear error (not the first task), and leaves nothing behind: a later init() works."""
@@ -562,6 +563,7 @@ def test_preloaded_random_generators_differ_between_workers(monkeypatch):
 # --------------------------------------------------------------------------
 
 
+@pytest.mark.local_only("white-box: the local node's event loop")
 def test_ctrl_c_during_node_work_is_held_until_that_work_is_done(ray_init):
     import threading
 

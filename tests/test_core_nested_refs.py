@@ -153,6 +153,7 @@ def test_actor_constructor_arguments_are_held_for_restarts(ray_start, wait_until
     _freed(wait_until, oid)
 
 
+@pytest.mark.local_only("white-box: reads the local node's object table")
 def test_nested_refs_through_a_pipeline_keep_every_value_and_free_all(ray_start, wait_until):
     """Refs made in workers, nested in results, passed on to other tasks and dropped along the
     way: every value stays readable while referenced, and the table is back to empty at the end."""

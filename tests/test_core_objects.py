@@ -198,6 +198,7 @@ def test_large_array_argument_is_read_only_zero_copy(ray_start, via_put):
     assert info["in_shm"], "argument array is not mapped from a raylite shm segment"
 
 
+@pytest.mark.local_only("the local runtime's shared-memory segments")
 def test_one_put_read_by_many_tasks(ray_start, shm_allocated_bytes):
     arr = _big_array()
     ref = ray.put(arr)
@@ -279,6 +280,7 @@ def test_array_from_get_stays_valid_after_ref_is_dropped(ray_start):
 # --------------------------------------------------------------------------
 
 
+@pytest.mark.local_only("the local runtime's shared-memory segments")
 def test_shm_reclaimed_when_last_ref_is_dropped(ray_init, shm_allocated_bytes, wait_until):
     ray_init(num_cpus=1)
     probe = _make_probe()
@@ -298,6 +300,7 @@ def test_shm_reclaimed_when_last_ref_is_dropped(ray_init, shm_allocated_bytes, w
     )
 
 
+@pytest.mark.local_only("the local runtime's shared-memory segments")
 def test_shm_segments_removed_after_shutdown(ray_init, shm_segments, raylite_mappings, wait_until):
     ray_init(num_cpus=2)
     ref = ray.put(_big_array())

@@ -516,6 +516,7 @@ def _timed_sleep_task():
     return timed
 
 
+@pytest.mark.local_only("timed overlap: Ray starts workers (~1 s each here) slower than the 0.4 s tasks")
 def test_scheduler_never_oversubscribes_cpus(ray_start):
     timed = _timed_sleep_task()
     intervals = ray.get([timed.remote(0.4) for _ in range(6)])

@@ -12,7 +12,7 @@ from contextvars import ContextVar
 
 from raylite import exceptions
 from raylite.core import ray_backend
-from raylite.core.objects import process
+from raylite.core.objects import BackendType, process
 from raylite.core.resources import ACCELERATOR_RESOURCES
 
 TYPE_CHECKING = False   # typing's flag (type checkers read it as True) without importing typing here
@@ -129,7 +129,7 @@ def _check_connected() -> None:
         raise exceptions.RaySystemError("raylite has not been started yet. You can start it with 'ray.init()'.")
 
 
-class RuntimeContext:
+class RuntimeContext(metaclass=BackendType):
     """Ray's RuntimeContext accessors for the calling process."""
 
     def get_job_id(self) -> str:

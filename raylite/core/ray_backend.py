@@ -244,10 +244,15 @@ def get_node_ip_address() -> str:
     return _ray().util.get_node_ip_address()
 
 
+_COUNTERPARTS = {"ActorHandle": "actor", "ActorMethod": "actor", "RuntimeContext": "runtime_context"}
+
+
 def counterpart(cls: type) -> type:
-    """Ray's class for raylite's ObjectRef, ObjectRefGenerator or ActorHandle (for isinstance)."""
-    ray = _ray()
-    return ray.actor.ActorHandle if cls.__name__ == "ActorHandle" else getattr(ray, cls.__name__)
+    """Ray's class for raylite's ObjectRef, ObjectRefGenerator, ActorHandle, ActorMethod or
+    RuntimeContext (for isinstance): what Ray's calls return while raylite runs on it."""
+    import importlib
+    home = _COUNTERPARTS.get(cls.__name__)
+    return getattr(importlib.import_module(f"ray.{home}") if home else _ray(), cls.__name__)
 
 
 def submit(target, wrapped, args: tuple, kwargs: dict, options: dict):

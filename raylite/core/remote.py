@@ -474,7 +474,7 @@ def _borrowed_handle(actor_id: int, meta: tuple) -> ActorHandle:
     return ActorHandle(actor_id, meta, True)
 
 
-class ActorMethod:
+class ActorMethod(metaclass=BackendType):
     def __init__(self, handle: ActorHandle, name: str, num_returns: int):
         self._handle, self._name, self._num_returns = handle, name, num_returns
 
