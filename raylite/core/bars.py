@@ -10,8 +10,6 @@ driver itself goes to the same board.
 """
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 import threading
 
@@ -69,6 +67,7 @@ class Board:
     def take(self, prefix: str, pid: int | None, lines: list[bytes]) -> list[bytes]:
         """A worker's output lines less its bars' states (drawn here); on no terminal those
         states come back as status lines."""
+        import json   # (here: the node imports this module at init, and most runs draw no bars)
         rest = []
         for line in lines:
             if not line.startswith(MAGIC_BYTES):
@@ -127,6 +126,7 @@ class Board:
                 self._show()
 
     def _width(self) -> int:
+        import shutil
         return shutil.get_terminal_size((100, 20)).columns
 
     def _hide(self) -> None:

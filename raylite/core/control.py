@@ -207,7 +207,7 @@ class Endpoint:
 
     def __init__(self, node, info: dict, serve: bool, dashboard=None):
         self.node, self.info, self.dashboard, self.serve = node, info, dashboard, serve
-        self.dir = sessions.session_dir(node.session)
+        self.dir: str | None = None   # set in the thread (the temp directory's lookup imports tempfile)
         self._sock: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._closed = False
@@ -215,6 +215,7 @@ class Endpoint:
         self.thread.start()
 
     def _run(self) -> None:
+        self.dir = sessions.session_dir(self.node.session)
         if self.serve:
             try:   # in this thread: the directory and the socket are file system calls (~1 ms on a busy
                 self._sock = sessions.listen(self.dir, self.info)   # disk), and each one lets go of the GIL
@@ -288,7 +289,8 @@ class Endpoint:
             self._sock.close()
         self._wake_r.close()
         self._wake_w.close()
-        sessions.remove(self.dir)
+        if self.dir is not None:
+            sessions.remove(self.dir)
 
 
 def _cmdline() -> list[str]:

@@ -8,12 +8,12 @@ driver's pid, and holds ``session.json`` and ``control.sock``. A directory whose
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import socket
 import struct
-import tempfile
+
+# json, shutil and tempfile (~8 ms together) are imported where used: init imports this module
+# (raylite.core.control), and the endpoint's thread does the file work
 
 SESSIONS_ENV = "RAYLITE_SESSIONS_DIR"
 INFO_FILE, SOCKET_FILE = "session.json", "control.sock"
@@ -29,7 +29,10 @@ class SessionError(RuntimeError):
 
 
 def root() -> str:
-    return os.environ.get(SESSIONS_ENV) or os.path.join(tempfile.gettempdir(), f"raylite-{os.getuid()}", "sessions")
+    if os.environ.get(SESSIONS_ENV):
+        return os.environ[SESSIONS_ENV]
+    import tempfile
+    return os.path.join(tempfile.gettempdir(), f"raylite-{os.getuid()}", "sessions")
 
 
 def _private_dir(path: str) -> None:
@@ -82,6 +85,7 @@ def listen(directory: str, info: dict) -> socket.socket:
 
 
 def write_info(directory: str, info: dict) -> None:
+    import json
     tmp = os.path.join(directory, f".{INFO_FILE}.tmp")
     with open(tmp, "w") as f:
         json.dump(info, f)
@@ -99,6 +103,7 @@ def peer_is_me(conn: socket.socket) -> bool:
 
 
 def remove(directory: str) -> None:
+    import shutil
     shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -149,6 +154,7 @@ class Session:
 
     def request(self, op: str, timeout: float = 30.0, **args):
         """Ask the driver; its answer, or SessionError with its message."""
+        import json
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
@@ -180,6 +186,7 @@ class Session:
 
 def list_sessions() -> list[Session]:
     """The running drivers' sessions, oldest first; directories of dead drivers are removed."""
+    import json
     base = root()
     try:
         names = os.listdir(base)
