@@ -191,8 +191,8 @@ class RuntimeContext(metaclass=BackendType):
     def get_session_name(self) -> str:
         """``session_<id>``, the name of the running session's log directory under get_temp_dir()."""
         _require("Session name")
-        from raylite.core.segments import SEGMENT_PREFIX
-        return f"session_{process.client.shm_prefix[len(SEGMENT_PREFIX):-1]}"
+        from raylite.core.segments import session_of
+        return f"session_{session_of(process.client.shm_prefix)}"
 
     def get_temp_dir(self) -> str:
         """raylite's directory under the system temp directory (created if missing, so callers can

@@ -197,6 +197,11 @@ def session_prefix(session: str) -> str:
     return f"{SEGMENT_PREFIX}{session}-"
 
 
+def session_of(prefix: str) -> str:
+    """The session id a session_prefix() was made from."""
+    return prefix[len(SEGMENT_PREFIX):-1]
+
+
 def _path(name: str) -> str:
     return os.path.join(SPILL_DIR if name.endswith(SPILL_MARK) else SHM_DIR, name)
 

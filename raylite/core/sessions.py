@@ -56,10 +56,10 @@ def session_private_dir() -> str:
     driver dies (its zygote does, a SIGKILL included). RuntimeError unless the local runtime runs
     (the Ray backend has no such directory)."""
     from raylite.core.objects import process
-    from raylite.core.segments import SEGMENT_PREFIX
+    from raylite.core.segments import session_of
     if process.client is None:
         raise RuntimeError("session_private_dir: the local raylite runtime is not running (call init first)")
-    directory = session_dir(process.client.shm_prefix[len(SEGMENT_PREFIX):-1])
+    directory = session_dir(session_of(process.client.shm_prefix))
     _private_dir(root())
     _private_dir(directory)
     return directory
