@@ -46,11 +46,12 @@ class Rendezvous:
 def _make_directory() -> str:
     """A new 0700 directory in the session's private one, which the runtime removes when the session
     ends even if the driver is SIGKILLed mid-fit; on the Ray backend, in the temporary directory."""
+    from raylite.control import session_private_dir
     try:
-        from raylite.control import session_private_dir
-        return tempfile.mkdtemp(prefix="rdzv-", dir=session_private_dir())
-    except (ImportError, RuntimeError):
+        directory = session_private_dir()
+    except RuntimeError:   # the Ray backend
         return tempfile.mkdtemp(prefix="raylite-rdzv-")
+    return tempfile.mkdtemp(prefix="rdzv-", dir=directory)
 
 
 def use_loopback(init_method: str) -> None:

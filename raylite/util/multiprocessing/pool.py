@@ -258,12 +258,16 @@ class Pool:
 
     def _chunks(self, iterable: Iterable, chunksize: int | None) -> Iterator[list]:
         items = iterable if chunksize is not None else list(iterable)
-        if chunksize is None:   # the stdlib's default: about four chunks per process
-            chunksize = max(1, -(-len(items) // (4 * len(self._actors))))
+        if chunksize is None:   # the stdlib's default
+            chunksize = self._default_chunksize(len(items))
         _positive(chunksize, "chunksize")
         it = iter(items)
         while chunk := list(itertools.islice(it, chunksize)):
             yield chunk
+
+    def _default_chunksize(self, n: int) -> int:
+        """About four chunks per process, as the standard library's map."""
+        return max(1, -(-n // (4 * len(self._actors))))
 
     def apply(self, func: Callable, args: tuple = (), kwds: dict | None = None):
         return self.apply_async(func, args, kwds).get()
@@ -302,8 +306,8 @@ class Pool:
     def _iterate(self, func: Callable, iterable: Iterable, chunksize: int | None, ordered: bool) -> IMapIterator:
         self._check_running()
         _positive(chunksize, "chunksize")
-        if chunksize is None:   # as Ray's: about four chunks per process for a sized input, else 1
-            chunksize = max(1, -(-len(iterable) // (4 * len(self._actors)))) if hasattr(iterable, "__len__") else 1
+        if chunksize is None:   # as Ray's: the map default for a sized input, else 1
+            chunksize = self._default_chunksize(len(iterable)) if hasattr(iterable, "__len__") else 1
         iterator = IMapIterator(self, func, iter(iterable), chunksize, ordered)   # iter(): a TypeError here
         self._iterators.add(iterator)
         return iterator
