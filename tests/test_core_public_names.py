@@ -88,3 +88,13 @@ def test_log_once_and_util_helpers(monkeypatch):
     assert ray.util.get_node_instance_id() == "i-123"
     with pytest.raises(ValueError, match="secure"):
         ray.util.connect("localhost:10001", secure=True)
+
+
+def test_util_connect_calls_init_as_the_client_builder_does(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: calls.append((args, kwargs)))
+    ray.util.connect("localhost:10001", namespace="ns", ray_init_kwargs={"num_cpus": 1})
+    ray.util.connect("ray://host:10001")
+    assert calls[0][0] == ("ray://localhost:10001",)
+    assert calls[0][1]["namespace"] == "ns" and calls[0][1]["num_cpus"] == 1
+    assert calls[1][0] == ("ray://host:10001",) and calls[1][1]["namespace"] is None

@@ -48,15 +48,16 @@ def get_node_instance_id() -> str:
 def connect(conn_str: str, secure: bool = False, metadata: list | None = None, connection_retries: int = 3,
             job_config=None, namespace: str | None = None, *, ignore_version: bool = False,
             _credentials=None, ray_init_kwargs: dict | None = None):
-    """Ray Client's connect: ``init("ray://" + conn_str)`` on the Ray backend. ``secure``,
-    ``metadata`` and ``_credentials`` are refused (init cannot pass them); Ray Client's
-    ``connection_retries`` and ``ignore_version`` do not apply to init."""
+    """Ray Client's connect: ``init`` as ``ray.client(conn_str).connect()`` calls it (a bare
+    host:port gains "ray://", for the Ray backend). ``secure``, ``metadata`` and ``_credentials``
+    are refused (init cannot pass them); Ray Client's ``connection_retries`` and ``ignore_version``
+    do not apply to init."""
     if secure or metadata or _credentials is not None:
         raise ValueError("connect(secure=..., metadata=..., _credentials=...) is not supported: raylite "
                          "connects through ray.init(address='ray://...')")
-    import raylite
-    address = conn_str if "://" in conn_str else f"ray://{conn_str}"
-    return raylite.init(address, namespace=namespace, job_config=job_config, **(ray_init_kwargs or {}))
+    from raylite.client_builder import client
+    builder = client(conn_str).namespace(namespace)._init_args(job_config=job_config, **(ray_init_kwargs or {}))
+    return builder.connect()
 
 
 def disconnect() -> None:
