@@ -219,9 +219,9 @@ class _Children:
         os.close(self.wake_r)
         os.close(self.wake_w)
 
-    def wait(self, sock, timeout: float | None = None) -> bool:
+    def wait(self, sock) -> bool:
         """Until the driver sends something (False) or a child ends (True)."""
-        ready = self.select([sock, self.wake_r], [], [], timeout)[0]
+        ready = self.select([sock, self.wake_r], [], [])[0]
         if self.wake_r not in ready:
             return False
         try:
