@@ -177,8 +177,7 @@ def answer(node, info: dict, req: dict):
         return node.call_sync(_logs, node, after, pid, limit)
     if op == "panels":
         return panels()
-    if op == "stop":
-        threading.Timer(0.05, _stop).start()   # after the reply is sent
+    if op == "stop":   # the endpoint stops this process once it has sent the reply (Endpoint._run)
         return {"pid": os.getpid()}
     raise ValueError(f"unknown request op={op!r} (info, status, list, summary, timeline, logs, panels, stop)")
 
@@ -247,9 +246,12 @@ class Endpoint:
                 except OSError:
                     continue
                 with conn:
-                    self._serve(conn)
+                    stop = self._serve(conn)
+                if stop:   # once the reply is sent and the connection closed
+                    _stop()
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket) -> bool:
+        """Answer one request; whether it was a `stop` that the reply accepted."""
         import json
         conn.settimeout(5.0)
         try:
@@ -260,9 +262,10 @@ class Endpoint:
                     break
                 data += chunk
             if not data:   # a probe (raylite.core.sessions._answers)
-                return
+                return False
             if not sessions.peer_is_me(conn):
-                return conn.sendall(b'{"error": "refused: another user", "type": "PermissionError"}\n')
+                conn.sendall(b'{"error": "refused: another user", "type": "PermissionError"}\n')
+                return False
             try:
                 req = json.loads(data)
                 if not isinstance(req, dict):
@@ -272,7 +275,8 @@ class Endpoint:
                 reply = {"error": str(e), "type": type(e).__name__}
             conn.sendall(json.dumps(reply, default=repr).encode() + b"\n")
         except OSError:
-            pass
+            return False
+        return "ok" in reply and req.get("op") == "stop"
 
     def close(self) -> None:
         """Stop answering and remove the session directory."""
