@@ -21,6 +21,27 @@ import sys
 import time
 
 _MAX_REQUEST = 1 << 20
+PRELOAD_ENV = "RAYLITE_PRELOAD"
+AUTO_PRELOAD_ENV = "RAYLITE_AUTO_PRELOAD"
+# Heavy modules the zygote imports when the driver has: each imports without touching a device
+# (torch initialises CUDA lazily) and forks single-threaded (numpy's OpenBLAS starts a thread at
+# import and stops it in its own fork handler; torch, Lightning and pandas start none). Workers
+# that would each import them seconds long fork with them loaded instead.
+AUTO_PRELOAD = ("numpy", "pandas", "torch", "pytorch_lightning", "lightning.pytorch")
+_OFF, _ON = ("0", "false", "no", "off"), ("", "1", "true", "yes", "on")
+
+
+def preload_names(explicit: str, auto: str, modules) -> str:
+    """What the zygote preloads: RAYLITE_PRELOAD's names (`explicit`), then each AUTO_PRELOAD
+    module the driver imported (in `modules`, its sys.modules) unless RAYLITE_AUTO_PRELOAD
+    (`auto`) turns that off."""
+    flag = auto.strip().lower()
+    if flag not in _OFF + _ON:
+        raise ValueError(f"{AUTO_PRELOAD_ENV}={auto!r}: expected 1 or 0 (on or off; unset is on)")
+    names = [n.strip() for n in explicit.split(",") if n.strip()]
+    if flag in _ON:
+        names += [m for m in AUTO_PRELOAD if m in modules and m not in names]
+    return ",".join(names)
 
 
 class Zygote:
@@ -30,9 +51,12 @@ class Zygote:
         # names the shm segments and log directory; a restarted zygote keeps its session's (see Node)
         self.session = session or f"{os.getpid()}-{os.urandom(4).hex()}"
         self.ready = False
+        env = dict(os.environ)
+        preload = preload_names(env.get(PRELOAD_ENV, ""), env.get(AUTO_PRELOAD_ENV, ""), sys.modules)
+        if preload:
+            env[PRELOAD_ENV] = preload
         self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p])
         env.pop("PYTHONDONTWRITEBYTECODE", None)   # the zygote's start is on the first task's path
         os.set_inheritable(child.fileno(), True)
@@ -112,7 +136,7 @@ def _serve(sock, session: str) -> None:
         sock.send(b"ready")   # init() returns now; a preload below goes on while the driver runs
     except OSError:   # init() failed meanwhile and closed the socket
         return
-    preload = os.environ.get("RAYLITE_PRELOAD", "")
+    preload = os.environ.get(PRELOAD_ENV, "")
     if preload:
         _preload(preload)
         _settle(libc, collect=True)
@@ -173,10 +197,11 @@ def _settle(libc, collect: bool = False) -> None:
 
 
 def _preload(names: str) -> None:
-    """Import what RAYLITE_PRELOAD names (e.g. "torch,numpy") once, so fresh workers start with it.
+    """Import what RAYLITE_PRELOAD names (e.g. "torch,numpy") once, so fresh workers start with it
+    (the driver adds the AUTO_PRELOAD modules it imported, see preload_names).
 
-    Only imports: a module that initialises a device or starts threads at import must not be
-    listed (torch and numpy do neither until first used)."""
+    Only imports: a module that initialises a device or leaves a thread running at fork must not
+    be listed (see AUTO_PRELOAD)."""
     import importlib
     for name in filter(None, (n.strip() for n in names.split(","))):
         try:
