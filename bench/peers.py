@@ -14,7 +14,7 @@ argument; actor calls (n/a where the peer has no actors); put + get of the array
 in-process copy. The raw pipe round trip between two processes is the ceiling for "result each".
 Each cell shows its figure and, in brackets, its speed relative to the best peer (1.00 = best).
 """
-import argparse, importlib.util, json, os, signal, subprocess, sys, tempfile, time
+import argparse, importlib.util, json, os, signal, subprocess, sys, tempfile
 from time import perf_counter
 
 PEERS = {   # name: (column, module that must be importable)

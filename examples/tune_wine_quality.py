@@ -15,7 +15,6 @@ of examples/wine_quality.py).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path

@@ -145,7 +145,7 @@ def test_actor_constructor_arguments_are_held_for_restarts(ray_start, wait_until
         ray.get(reader.crash.remote())
     assert _in_table(oid)
     # the restarted actor re-ran its constructor with the same (still stored) argument
-    wait_until(lambda: ray.get(reader.value_and_pid.remote())[1] != pid, timeout=10,
+    wait_until(lambda: ray.get(reader.value_and_pid.remote())[1] != pid, timeout=10,  # noqa: F821 (pyflakes reads lambdas after the del)
                message="the actor did not restart")
     assert ray.get(reader.value_and_pid.remote())[0] == "config"
     ray.kill(reader)

@@ -8,7 +8,6 @@ the scheduler never oversubscribes (fixed-point, fractional, custom resources);
 get_runtime_context() inside tasks; worker stdout/stderr prefixed like Ray.
 """
 
-import math
 import os
 import re
 import subprocess

@@ -226,7 +226,6 @@ def test_pooled_segments_nobody_reuses_are_removed(ray2, monkeypatch):
 def test_a_segment_the_driver_frees_is_removed_when_unused(ray2, monkeypatch):
     """The driver's own release (a dropped put) pools the segment in the caller's thread: the
     node thread, asleep, must still wake to remove it once it has not been reused."""
-    from raylite.core import segments
     monkeypatch.setattr(SegmentPool, "IDLE_S", 0.3)
     before = _session_segments()
     ref = ray.put(np.ones(N))

@@ -10,7 +10,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import raylite as ray  # noqa: E402
 from raylite import train  # noqa: E402
 from raylite.train import (Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,  # noqa: E402
                            Trainer, TrainingFailedError)

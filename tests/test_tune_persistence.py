@@ -12,7 +12,6 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-import raylite as ray  # noqa: E402
 from raylite import tune  # noqa: E402
 from helpers import pid_alive as _pid_alive
 

@@ -8,7 +8,6 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-import raylite as ray  # noqa: E402
 from raylite import tune  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)

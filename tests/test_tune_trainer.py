@@ -6,7 +6,6 @@ import pytest
 
 pytest.importorskip("optuna")
 
-import raylite as ray  # noqa: E402
 from raylite import tune  # noqa: E402
 
 

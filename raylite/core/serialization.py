@@ -12,7 +12,6 @@ reconstructor and dtype by name, which right after the caller streamed 100 MB th
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import sys
 import types

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
-__all__ = ["TuneReportCallback", "TuneReportCheckpointCallback", "get_tune_resources"]
+__all__ = ["TuneReportCallback", "TuneReportCheckpointCallback", "get_tune_resources"]  # noqa: F822 (__getattr__ serves the callbacks)
 
 
 def get_tune_resources(num_workers: int = 1, num_cpus_per_worker: float = 1, use_gpu: bool = False,

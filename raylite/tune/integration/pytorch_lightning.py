@@ -8,7 +8,7 @@ Loaded on first use, so importing this module does not import Lightning.
 """
 from __future__ import annotations
 
-__all__ = ["TuneReportCallback", "TuneReportCheckpointCallback"]
+__all__ = ["TuneReportCallback", "TuneReportCheckpointCallback"]  # noqa: F822 (served by __getattr__)
 
 
 def __getattr__(name: str):
