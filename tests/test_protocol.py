@@ -186,3 +186,13 @@ def test_a_bad_polling_window_names_its_variable(variable, value):
     out = subprocess.run([sys.executable, "-c", "import raylite.core.protocol"], env=env, capture_output=True, text=True)
     assert out.returncode != 0
     assert f"{variable}={value!r}: expected a number of microseconds >= 0" in out.stderr
+
+
+def test_message_kinds_are_distinct_and_each_has_one_direction():
+    """A kind names one message: the same string both ways (or twice one way) would be read as the
+    other message by whichever side's table has it."""
+    kinds = {name: value for name, value in vars(protocol).items()
+             if name.isupper() and isinstance(value, str) and value in protocol.TO_WORKER | protocol.TO_NODE}
+    assert len(set(kinds.values())) == len(kinds), kinds
+    assert not protocol.TO_WORKER & protocol.TO_NODE
+    assert protocol.REQUESTS <= protocol.TO_NODE

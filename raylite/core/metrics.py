@@ -14,6 +14,8 @@ import threading
 import time
 import warnings
 
+from raylite.core.protocol import METRICS
+
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 REPORT_S = 2.0   # a worker's report of what it recorded between calls, at most this late
 
@@ -173,7 +175,7 @@ def _in_a_worker() -> None:
     client = process.client
     if process.index and client is not None and hasattr(client, "chan"):   # a WorkerClient, not the driver's
         store.forwarding = True
-        store.report = lambda: client.send(("metrics", store.take()))
+        store.report = lambda: client.send((METRICS, store.take()))
 
 
 _in_a_worker()

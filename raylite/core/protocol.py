@@ -15,6 +15,51 @@ import socket
 import struct
 import time
 
+# Message kinds: each message is a tuple whose first item is one of these. They stay short
+# strings (pickled as such, and readable in a trace); the names say which way each one goes.
+
+# node -> worker
+RUN = "run"                     # (RUN, spec wire, fn bytes or None, deps, assigned, accelerator ids)
+REPLY = "reply"                 # (REPLY, request id, payload): the answer to one of REQUESTS
+CANCEL_CALL = "cancel_call"     # (CANCEL_CALL, task id): an actor call it has was cancelled
+FORGET = "forget"               # (FORGET, segment names): freed objects, to unmap once unused
+UNPREFETCH = "unprefetch"       # (UNPREFETCH, task id): give back a task sent ahead of time
+EXIT = "exit"                   # (EXIT,): end gracefully once running calls are done
+
+# worker -> node
+HELLO = "hello"                 # (HELLO, pid): the first message, once the worker is set up
+DONE = "done"                   # (DONE, task id, results wire[, retry[, log offsets]])
+ITEM = "item"                   # (ITEM, completion id, index, value): a generator's next value
+SUBMIT = "submit"               # (SUBMIT, spec, fn bytes or None, submitting task id)
+PUT = "put"                     # (PUT, object id, value)
+REFS = "refs"                   # (REFS, [(PIN | RELEASE | ADDREF, object id), ...]), in order
+KILL = "kill"                   # (KILL, actor id, no_restart)
+CANCEL = "cancel"               # (CANCEL, object id, force, recursive)
+ACTOR_REPR = "actor_repr"       # (ACTOR_REPR, text): the prefix of the actor's output
+EXIT_ACTOR = "exit_actor"       # (EXIT_ACTOR, why): the actor ends for good, then the process
+INTERRUPT_MISSED = "interrupt_missed"   # (INTERRUPT_MISSED, task id): a SIGINT came before it ran
+UNPREFETCHED = "unprefetched"   # (UNPREFETCHED, task id, given back): the answer to UNPREFETCH
+RELEASED = "released"           # (RELEASED, segment names): FORGET's segments, unmapped now
+METRICS = "metrics"             # (METRICS, records): what ray.util.metrics recorded here
+# requests: (KIND, request id, *args), answered by one REPLY with that id
+GET = "get"
+WAIT = "wait"
+STREAM_NEXT = "stream_next"
+CREATE_NAMED = "create_named"
+GET_ACTOR = "get_actor"
+NAMED_ACTORS = "named_actors"
+RESOURCES = "resources"
+STATE = "state"
+GROUP = "group"
+
+# the reference operations a REFS message carries
+PIN, RELEASE, ADDREF = "pin", "release", "addref"
+
+TO_WORKER = frozenset({RUN, REPLY, CANCEL_CALL, FORGET, UNPREFETCH, EXIT})
+REQUESTS = frozenset({GET, WAIT, STREAM_NEXT, CREATE_NAMED, GET_ACTOR, NAMED_ACTORS, RESOURCES, STATE, GROUP})
+TO_NODE = frozenset({HELLO, DONE, ITEM, SUBMIT, PUT, REFS, KILL, CANCEL, ACTOR_REPR, EXIT_ACTOR, INTERRUPT_MISSED,
+                     UNPREFETCHED, RELEASED, METRICS}) | REQUESTS
+
 _HEADER = struct.Struct("<I")
 # Below glibc's mmap threshold (128 KiB): a larger recv() buffer is mapped and unmapped on every
 # call, which cost 28 us per small message against 5 us for this size.

@@ -17,7 +17,11 @@ from collections import deque
 from raylite import exceptions
 from raylite.core import concurrency, context, objects, remote, runtime_env, serialization, streams
 from raylite.core.segments import mappings
-from raylite.core.protocol import Channel, TaskSpec, spec_from_wire, spin_for
+from raylite.core.protocol import (ACTOR_REPR, ADDREF, CANCEL, CANCEL_CALL, CREATE_NAMED, DONE, EXIT, EXIT_ACTOR,
+                                   FORGET, GET, GET_ACTOR, GROUP, HELLO, INTERRUPT_MISSED, ITEM, KILL, METRICS,
+                                   NAMED_ACTORS, PIN, PUT, REFS, RELEASE, RELEASED, REPLY, RESOURCES, RUN, STATE,
+                                   STREAM_NEXT, SUBMIT, UNPREFETCH, UNPREFETCHED, WAIT, Channel, TaskSpec,
+                                   spec_from_wire, spin_for)
 from raylite.core.resources import NodeResources
 
 
@@ -45,7 +49,7 @@ class WorkerClient:
     def _flush_refops(self) -> None:
         if self.refops:
             ops, self.refops = self.refops, []
-            self.chan.send(("refs", ops))
+            self.chan.send((REFS, ops))
 
     def request(self, msg_kind: str, *args):
         if self.replies is not None:   # concurrent calls: the main loop reads, each caller waits
@@ -64,9 +68,9 @@ class WorkerClient:
                 msg = _incoming(self.chan.recv())
                 if msg is None:
                     os._exit(1)  # the driver is gone
-                if msg[0] == "reply" and msg[1] == req:
+                if msg[0] == REPLY and msg[1] == req:
                     return msg[2]
-                if msg[0] == "unprefetch":
+                if msg[0] == UNPREFETCH:
                     self._give_back(msg[1])
                 else:
                     self.inbox.append(msg)
@@ -77,11 +81,11 @@ class WorkerClient:
     def _give_back(self, task_id: int) -> None:
         """The driver wants a task sent ahead of time back (this worker is blocked)."""
         for msg in self.inbox:
-            if msg[0] == "run" and msg[1].task_id == task_id:
+            if msg[0] == RUN and msg[1].task_id == task_id:
                 self.inbox.remove(msg)
-                self.chan.send(("unprefetched", task_id, True))
+                self.chan.send((UNPREFETCHED, task_id, True))
                 return
-        self.chan.send(("unprefetched", task_id, False))
+        self.chan.send((UNPREFETCHED, task_id, False))
 
     def next_message(self):
         if self.inbox:
@@ -101,65 +105,65 @@ class WorkerClient:
     def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
         if fn_bytes is not None and spec.fn_id in self.sent_functions:
             fn_bytes = None
-        self.send(("submit", spec, fn_bytes, context.running_task_id()))   # the call that submits it
+        self.send((SUBMIT, spec, fn_bytes, context.running_task_id()))   # the call that submits it
         self.sent_functions.add(spec.fn_id)
 
     def put(self, object_id: int, ser) -> None:
-        self.send(("put", object_id, ser))
+        self.send((PUT, object_id, ser))
 
     def get(self, ids: list[int], timeout: float | None) -> list:
-        ok, payload = self.request("get", ids, timeout)
+        ok, payload = self.request(GET, ids, timeout)
         if not ok:
             raise payload
         return payload
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
-        return self.request("wait", ids, num_returns, timeout)
+        return self.request(WAIT, ids, num_returns, timeout)
 
     def stream_next(self, completion_id: int, index: int) -> tuple:
-        return self.request("stream_next", completion_id, index)
+        return self.request(STREAM_NEXT, completion_id, index)
 
     def pin(self, object_id: int) -> None:
-        self.refops.append(("pin", object_id))
+        self.refops.append((PIN, object_id))
 
     def release(self, object_id: int) -> None:
-        self.refops.append(("release", object_id))
+        self.refops.append((RELEASE, object_id))
 
     def addref(self, object_id: int) -> None:
-        self.refops.append(("addref", object_id))
+        self.refops.append((ADDREF, object_id))
 
     def kill(self, actor_id: int, no_restart: bool) -> None:
-        self.send(("kill", actor_id, no_restart))
+        self.send((KILL, actor_id, no_restart))
 
     def cancel(self, object_id: int, force: bool, recursive: bool) -> None:
-        self.send(("cancel", object_id, force, recursive))
+        self.send((CANCEL, object_id, force, recursive))
 
     def create_named(self, spec: TaskSpec, fn_bytes: bytes | None, get_if_exists: bool):
         if spec.fn_id in self.sent_functions:
             fn_bytes = None
-        payload = self.request("create_named", spec, fn_bytes, get_if_exists)
+        payload = self.request(CREATE_NAMED, spec, fn_bytes, get_if_exists)
         self.sent_functions.add(spec.fn_id)
         if isinstance(payload, ValueError):
             raise payload
         return payload
 
     def get_actor(self, name: str, namespace: str | None):
-        payload = self.request("get_actor", name, namespace)
+        payload = self.request(GET_ACTOR, name, namespace)
         if isinstance(payload, ValueError):
             raise payload
         return payload
 
     def named_actors(self) -> list[tuple[str, str]]:
-        return self.request("named_actors")
+        return self.request(NAMED_ACTORS)
 
     def resources(self) -> tuple[dict, dict]:
-        return self.request("resources")
+        return self.request(RESOURCES)
 
     def state(self, what: str, detail: bool) -> tuple[list, int]:
-        return self.request("state", what, detail)
+        return self.request(STATE, what, detail)
 
     def group(self, op: str, *args):
-        payload = self.request("group", op, args)
+        payload = self.request(GROUP, op, args)
         if isinstance(payload, ValueError):
             raise payload
         return payload
@@ -223,7 +227,7 @@ class _Executor:
         self.execute(spec, deps, assigned, accel)
         if spec.kind == "actor_create" and self.actor is not None:
             if type(self.actor).__repr__ is not object.__repr__:   # Ray prefixes its output with it
-                self.client.send(("actor_repr", _safe_repr(self.actor)))
+                self.client.send((ACTOR_REPR, _safe_repr(self.actor)))
             if self.calls is None:   # (an async constructor made it already)
                 self.calls = concurrency.runner_for(self, spec.max_concurrency, spec.concurrency_groups or {})
             if self.calls is not None:
@@ -270,7 +274,7 @@ class _Executor:
             self.running = True
             if self.missed_interrupt:   # perhaps meant for this task, which had not started yet: ask
                 self.missed_interrupt = False   # the driver to interrupt it again if so
-                self.client.send(("interrupt_missed", spec.task_id))
+                self.client.send((INTERRUPT_MISSED, spec.task_id))
             value = self._call(spec, deps)
             self.running = False
             results = self.pack(spec, value)
@@ -327,7 +331,7 @@ class _Executor:
         if code == 0 and why is not None:   # exit_actor() or __ray_terminate__: a graceful end
             self.end_gracefully()
         if why is not None:
-            self.client.send(("exit_actor", why))
+            self.client.send((EXIT_ACTOR, why))
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -342,9 +346,9 @@ class _Executor:
         start, self.log_start = self.log_start, None
         if start is not None and start[0] == spec.task_id and (sizes := _log_sizes()) is not None:
             # where its output is in the log files (Ray's task_log_info)
-            self.client.send(("done", spec.task_id, wired, retry, (start[1], sizes[0], start[2], sizes[1])))
+            self.client.send((DONE, spec.task_id, wired, retry, (start[1], sizes[0], start[2], sizes[1])))
         else:
-            self.client.send(("done", spec.task_id, wired, True) if retry else ("done", spec.task_id, wired))
+            self.client.send((DONE, spec.task_id, wired, True) if retry else (DONE, spec.task_id, wired))
 
     def _call(self, spec: TaskSpec, deps: dict):
         args, kwargs = self.arguments(spec, deps)
@@ -386,7 +390,7 @@ class _Executor:
         completion = spec.return_ids[0]
         oid = streams.item_id(completion, index)
         ser = ser if ser is not None else serialization.dumps(value, self.client.shm_prefix)
-        self.client.send(("item", completion, index, ser))
+        self.client.send((ITEM, completion, index, ser))
         return objects.ObjectRef(oid)   # for "dynamic", pickled into the task's result, which then holds it
 
     def arguments(self, spec: TaskSpec, deps: dict) -> tuple[list, dict]:
@@ -479,14 +483,14 @@ def _report_metrics(client: WorkerClient) -> None:
     by a worker whose user code records metrics."""
     metrics = sys.modules.get("raylite.core.metrics")
     if metrics is not None and metrics.store.pending:
-        client.send(("metrics", metrics.store.take()))
+        client.send((METRICS, metrics.store.take()))
 
 
 def _incoming(msg):
     """A message as read; a "run" comes as plain data (protocol.spec_to_wire): rebuild it."""
-    if msg is not None and msg[0] == "run":
+    if msg is not None and msg[0] == RUN:
         deps = msg[3]
-        return ("run", spec_from_wire(msg[1], serialization.Serialized), msg[2],
+        return (RUN, spec_from_wire(msg[1], serialization.Serialized), msg[2],
                 {d: serialization.Serialized(*v) for d, v in deps.items()} if deps else deps, msg[4], msg[5])
     return msg
 
@@ -650,33 +654,33 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
 
     _signal.signal(_signal.SIGINT, interrupt)   # the C function: no enum conversions to copy pages
     _signal.signal(_signal.SIGUSR1, flag_cancelled)
-    chan.send(("hello", os.getpid()))
+    chan.send((HELLO, os.getpid()))
     executor.setup_error = runtime_env.run_setup_hook(config["runtime_env"])   # once, before any task
     unmapped: set[str] = set()
     while True:
         msg = client.next_message()
         if msg is None:
             break
-        if msg[0] == "exit":
+        if msg[0] == EXIT:
             executor.drain()
             executor.end_gracefully()
             _report_metrics(client)
             break
         kind = msg[0]
-        if kind == "run":
+        if kind == RUN:
             executor.run(*msg[1:])
-        elif kind == "reply":   # to a concurrent call's get/wait (see WorkerClient.request)
+        elif kind == REPLY:   # to a concurrent call's get/wait (see WorkerClient.request)
             client.deliver(msg[1], msg[2])
-        elif kind == "cancel_call":
+        elif kind == CANCEL_CALL:
             executor.cancel_call(msg[1])
-        elif kind == "forget":
+        elif kind == FORGET:
             unmapped.update(msg[1])
         if unmapped:   # segments of freed objects: tell the driver once nothing here maps them
             released = [name for name in unmapped if mappings.release(name)]
             if released:
                 unmapped.difference_update(released)
-                client.send(("released", released))
-        elif kind == "unprefetch":
-            client.send(("unprefetched", msg[1], False))   # it already ran
+                client.send((RELEASED, released))
+        elif kind == UNPREFETCH:
+            client.send((UNPREFETCHED, msg[1], False))   # it already ran
     sys.stdout.flush()
     sys.stderr.flush()
