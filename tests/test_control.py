@@ -170,6 +170,20 @@ def test_stop_when_the_driver_ignores_sigint(tmp_path, sessions_dir):
         proc.wait()
 
 
+def test_init_imports_no_file_or_http_modules_for_the_endpoint():
+    """json, shutil and tempfile wait for the endpoint's thread, http.server for the dashboard's
+    first visit: init's own thread imports none of them (RAYLITE_CONTROL=0: no thread at all)."""
+    script = ("import sys, raylite\n"
+              "raylite.init(num_cpus=1)\n"
+              "late = {'json', 'shutil', 'tempfile', 'http.server', 'raylite.core.dashboard'}\n"
+              "print(sorted(late & set(sys.modules)))\n"
+              "raylite.shutdown()\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO,
+                         env=dict(os.environ, RAYLITE_CONTROL="0"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_stale_sessions_are_ignored_and_removed(sessions_dir):
     from raylite.control import list_sessions
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -56,8 +56,8 @@ def connect(conn_str: str, secure: bool = False, metadata: list | None = None, c
         raise ValueError("connect(secure=..., metadata=..., _credentials=...) is not supported: raylite "
                          "connects through ray.init(address='ray://...')")
     from raylite.client_builder import client
-    builder = client(conn_str).namespace(namespace)._init_args(job_config=job_config, **(ray_init_kwargs or {}))
-    return builder.connect()
+    builder = client(conn_str).namespace(namespace)
+    return builder._init_args(job_config=job_config, **(ray_init_kwargs or {})).connect()
 
 
 def disconnect() -> None:
