@@ -16,7 +16,9 @@ import time
 from raylite.cli import tables
 from raylite.control import SessionError, find_session, list_sessions
 
-_LIST_KINDS = ("tasks", "actors", "objects", "workers", "nodes", "placement_groups", "jobs")
+# what `raylite list` shows, and the state API type whose fields are its columns
+_LIST_KINDS = {"tasks": "TaskState", "actors": "ActorState", "objects": "ObjectState", "workers": "WorkerState",
+               "nodes": "NodeState", "placement_groups": "PlacementGroupState", "jobs": "JobState"}
 _RAY_HINT = "(for a program on the Ray backend use Ray's own `ray status`, `ray list` and dashboard)"
 FOLLOW_INTERVAL_S = 0.5
 
@@ -31,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("status", parents=[common], help="resources, tasks, actors, objects, Tune and Train")
     sub.add_parser("sessions", parents=[common], help="the running sessions")
     ls = sub.add_parser("list", parents=[common], help="list tasks, actors, objects, workers, ...")
-    ls.add_argument("what", choices=_LIST_KINDS)
+    ls.add_argument("what", choices=tuple(_LIST_KINDS))
     ls.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                     help="keep rows whose KEY is VALUE (KEY!=VALUE: is not); repeatable")
     ls.add_argument("--limit", type=int, default=100, help="at most this many rows (default 100)")
@@ -64,9 +66,7 @@ def _filters(raw: list[str]) -> list[list[str]]:
 
 def _columns(what: str, detail: bool) -> list[str]:
     from raylite.util import state
-    cls = {"tasks": state.TaskState, "actors": state.ActorState, "objects": state.ObjectState,
-           "workers": state.WorkerState, "nodes": state.NodeState, "placement_groups": state.PlacementGroupState,
-           "jobs": state.JobState}[what]
+    cls = getattr(state, _LIST_KINDS[what])
     return list(cls.fields) if detail else [f for f in cls.fields if f in cls.base]
 
 
