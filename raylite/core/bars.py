@@ -18,22 +18,25 @@ MAGIC_BYTES = MAGIC.encode()
 BAR_WIDTH = 24
 
 
+def _fields(state: dict) -> tuple:
+    """(head, count, total, unit, elapsed, rate) of a bar's state, as both texts show them."""
+    x, total, unit = state.get("x", 0), state.get("total"), state.get("unit") or "it"
+    elapsed = state.get("elapsed", 0.0)
+    head = f"{state['desc']}: " if state.get("desc") else ""
+    return head, x, total, unit, elapsed, x / max(elapsed, 1e-9)
+
+
 def status_text(state: dict) -> str:
     """``desc:  40% 4/10 it [2.1 it/s]``: one bar's state as a plain line."""
-    x, total, unit = state.get("x", 0), state.get("total"), state.get("unit") or "it"
-    rate = x / max(state.get("elapsed", 0.0), 1e-9)
+    head, x, total, unit, _, rate = _fields(state)
     done = f"{x}/{total}" if total else str(x)
     percent = f"{100 * x / total:3.0f}% " if total else ""
-    head = f"{state['desc']}: " if state.get("desc") else ""
     return f"{head}{percent}{done} {unit} [{rate:.1f} {unit}/s]"
 
 
 def bar_text(state: dict, width: int) -> str:
     """``desc:  40%|██████          | 4/10 it [00:02, 2.1 it/s]``, cut to the terminal's width."""
-    x, total, unit = state.get("x", 0), state.get("total"), state.get("unit") or "it"
-    elapsed = state.get("elapsed", 0.0)
-    rate = x / max(elapsed, 1e-9)
-    head = f"{state['desc']}: " if state.get("desc") else ""
+    head, x, total, unit, elapsed, rate = _fields(state)
     clock = f"{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}"
     if total:
         filled = min(BAR_WIDTH, int(BAR_WIDTH * x / total))
