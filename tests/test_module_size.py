@@ -12,7 +12,7 @@ LIMIT = 500
 # path under raylite/: the line count it may not exceed (split it rather than raise the number)
 OVER_LIMIT = {
     "core/node.py": 1136,
-    "core/worker.py": 682,
+    "core/worker.py": 679,
     "core/accelerators.py": 526,
     "core/remote.py": 519,
 }

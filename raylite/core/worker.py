@@ -17,11 +17,9 @@ from collections import deque
 from raylite import exceptions
 from raylite.core import concurrency, context, objects, remote, runtime_env, serialization, streams
 from raylite.core.segments import mappings
-from raylite.core.protocol import (ACTOR_REPR, ADDREF, CANCEL, CANCEL_CALL, CREATE_NAMED, DONE, EXIT, EXIT_ACTOR,
-                                   FORGET, GET, GET_ACTOR, GROUP, HELLO, INTERRUPT_MISSED, ITEM, KILL, METRICS,
-                                   NAMED_ACTORS, PIN, PUT, REFS, RELEASE, RELEASED, REPLY, RESOURCES, RUN, STATE,
-                                   STREAM_NEXT, SUBMIT, UNPREFETCH, UNPREFETCHED, WAIT, Channel, TaskSpec,
-                                   spec_from_wire, spin_for)
+from raylite.core.protocol import (ACTOR_REPR, ADDREF, CANCEL, CANCEL_CALL, CREATE_NAMED, DONE, EXIT, EXIT_ACTOR, FORGET, GET,
+    GET_ACTOR, GROUP, HELLO, INTERRUPT_MISSED, ITEM, KILL, METRICS, NAMED_ACTORS, PIN, PUT, REFS, RELEASE, RELEASED, REPLY,
+    RESOURCES, RUN, STATE, STREAM_NEXT, SUBMIT, UNPREFETCH, UNPREFETCHED, WAIT, Channel, TaskSpec, spec_from_wire, spin_for)
 from raylite.core.resources import NodeResources
 
 
@@ -52,19 +50,14 @@ class WorkerClient:
             self.chan.send((REFS, ops))
 
     def request(self, msg_kind: str, *args):
-        if self.replies is not None:   # concurrent calls: the main loop reads, each caller waits
-            reply = _Reply()
-            with self.lock:
-                req = next(self.req_ids)
-                self.replies[req] = reply
-                self._flush_refops()
-                self.chan.send((msg_kind, req) + args)
-            return reply.wait()
+        reply = None if self.replies is None else _Reply()   # concurrent calls: the main loop reads, each waits
         with self.lock:
             req = next(self.req_ids)
+            if reply is not None:
+                self.replies[req] = reply
             self._flush_refops()
             self.chan.send((msg_kind, req) + args)
-            while True:
+            while reply is None:
                 msg = _incoming(self.chan.recv())
                 if msg is None:
                     os._exit(1)  # the driver is gone
@@ -74,6 +67,7 @@ class WorkerClient:
                     self._give_back(msg[1])
                 else:
                     self.inbox.append(msg)
+        return reply.wait()
 
     def deliver(self, req: int, payload) -> None:
         self.replies.pop(req).set(payload)
@@ -434,7 +428,6 @@ class _Executor:
             raise ValueError(f"{spec.name} declared num_returns={n} but returned {type(value).__name__}"
                              f" of length {len(value) if hasattr(value, '__len__') else 'n/a'}")
         return [serialization.dumps(v, self.client.shm_prefix) for v in value]
-
 
     def _pack_yielded(self, spec: TaskSpec, gen, n: int) -> list:
         """A generator's n values, one per return ref; if it raises after k of them, the other refs
