@@ -7,7 +7,7 @@ import os
 import sys
 
 from raylite.core import machine
-from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, to_fixed
+from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, format_bytes, to_fixed
 
 NODE_IP = "127.0.0.1"
 
@@ -83,8 +83,8 @@ def node_totals(num_cpus, num_gpus, resources, object_store_memory) -> dict[str,
     memory = machine.memory_available()
     store = object_store_memory if object_store_memory is not None else int(memory * 0.3)
     if to_fixed(store, "object_store_memory") > to_fixed(memory, "memory"):   # as Ray refuses it
-        raise ValueError(f"init(): object_store_memory={object_store_memory!r} ({store / 2**30:.1f} GiB) is more "
-                         f"than this machine has available ({memory / 2**30:.1f} GiB of memory)")
+        raise ValueError(f"init(): object_store_memory={object_store_memory!r} ({format_bytes(store)}) is more "
+                         f"than this machine has available ({format_bytes(memory)} of memory)")
     totals = {"CPU": to_fixed(cpus, "num_cpus"),
               "memory": to_fixed(int(memory * 0.7), "memory"),
               "object_store_memory": to_fixed(store, "object_store_memory"),
