@@ -19,12 +19,11 @@ class RayContext(dict):
         return self
 
     def __exit__(self, *exc):
-        from raylite.core.api import shutdown
-        shutdown()
+        self.disconnect()
 
     def disconnect(self) -> None:
         """Ray's way out of a job (its namespaces docs use it): here, shutdown()."""
-        from raylite.core.api import shutdown
+        from raylite.core.api import shutdown   # (api builds this context: its module imports this one)
         shutdown()
 
     @property
