@@ -1,0 +1,225 @@
+"""The import contract (issue 26): imports in raylite/ run one way, function-level ones included.
+
+Every module under raylite/ is parsed with ``ast``; each ``import`` and ``from ... import`` at any
+depth (module, class, function, ``if TYPE_CHECKING``) is an edge, relative imports resolved. Rules:
+
+* upward: raylite/core imports nothing above it, only raylite/core itself and the leaf modules in
+  ``BELOW_CORE`` (which import nothing from raylite);
+* public face: train/, tune/ and plugins/ import nothing from raylite.core (they use ``raylite``,
+  ``raylite.util``, ``raylite.exceptions``, ...); util/ imports only the core modules listed;
+* no cycle among raylite/core's modules.
+
+The known breaches are allowlists that work as ratchets: an entry that no longer exists (or no
+longer closes a cycle) fails too, so the lists only shrink. A breach fails naming file:line."""
+from __future__ import annotations
+
+import ast
+import functools
+from collections import defaultdict
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "raylite"
+CORE = "raylite.core"
+
+# below raylite/core: what core may import outside itself (each imports nothing from raylite)
+BELOW_CORE = {"raylite.exceptions", "raylite.runtime_env"}
+
+# core -> above core, today: (importer, imported); the list may only shrink
+UPWARD_ALLOWED = {
+    ("raylite.core.remote", "raylite.dag"),          # RemoteFunction.bind builds a DAG node
+    ("raylite.core.worker", "raylite.util.rpdb"),    # the worker's post-mortem debugger
+}
+
+# util/ mirrors Ray's ray.util.* paths, implemented in core: the core modules it may import today
+UTIL_CORE_ALLOWED = {
+    ("raylite.util", "raylite.core.api"),
+    ("raylite.util.check_serialize", "raylite.core.serialization"),
+    ("raylite.util.metrics", "raylite.core.metrics"),
+    ("raylite.util.metrics", "raylite.core.objects"),
+    ("raylite.util.metrics", "raylite.core.ray_backend"),
+    ("raylite.util.placement", "raylite.core.api"),
+    ("raylite.util.placement_group", "raylite.core.placement_groups"),
+    ("raylite.util.scheduling_strategies", "raylite.core.labels"),
+    ("raylite.util.scheduling_strategies", "raylite.core.placement_groups"),
+    ("raylite.util.serialization", "raylite.core.ray_backend"),
+    ("raylite.util.serialization", "raylite.core.serialization"),
+    ("raylite.util.state", "raylite.core.state_api"),
+    ("raylite.util.state", "raylite.core.state_logs"),
+    ("raylite.util.state.common", "raylite.core.state_api"),
+    ("raylite.util.state.exception", "raylite.core.state_api"),
+}
+
+PUBLIC_ONLY = ("raylite.train", "raylite.tune", "raylite.plugins")
+
+# core's import edges that close a cycle today (function-level or typing-only: a lower module
+# reaching up into the API layer). Without them core's imports form no cycle; the list may only shrink.
+CYCLE_EDGES = {
+    ("raylite.core.context", "raylite.core.api"),
+    ("raylite.core.context", "raylite.core.placement_groups"),
+    ("raylite.core.context", "raylite.core.remote"),
+    ("raylite.core.control", "raylite.core.api"),
+    ("raylite.core.control", "raylite.core.snapshot"),
+    ("raylite.core.node", "raylite.core.snapshot"),
+    ("raylite.core.objects", "raylite.core.api"),
+    ("raylite.core.objects", "raylite.core.ray_backend"),
+    ("raylite.core.placement_groups", "raylite.core.api"),
+    ("raylite.core.remote", "raylite.core.api"),
+    ("raylite.core.remote", "raylite.core.placement_groups"),
+    ("raylite.core.startup", "raylite.core.api"),
+    ("raylite.core.state_api", "raylite.core.api"),
+    ("raylite.core.zygote", "raylite.core.api"),
+}
+
+
+class Edge(NamedTuple):
+    importer: str
+    imported: str
+    where: str   # file:line
+
+
+def _modules() -> dict[str, Path]:
+    names = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names[".".join(parts)] = path
+    return names
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The module a dotted name imports (a name inside a module resolves to the module)."""
+    parts = name.split(".")
+    while parts and ".".join(parts) not in modules:
+        parts.pop()
+    return ".".join(parts) or None
+
+
+def _imported_names(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:   # relative: from the importing module's package, one level up per extra dot
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        package = package[:len(package) - node.level + 1]
+        base = ".".join(package + ([node.module] if node.module else []))
+    # `from pkg import sub` imports the submodule when there is one, else a name in pkg
+    return [f"{base}.{alias.name}" for alias in node.names]
+
+
+@functools.cache
+def _edges() -> list[Edge]:
+    modules = _modules()
+    edges = []
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            targets = {_resolve(name, modules) for name in _imported_names(node, module, path.name == "__init__.py")
+                       if name.split(".")[0] == "raylite"}
+            edges += [Edge(module, target, where) for target in sorted(targets - {None, module})]
+    return edges
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _core_graph(edges: list[Edge]) -> dict[tuple[str, str], list[str]]:
+    """core-internal edges (the package's own __init__ left out) -> where each is made."""
+    graph = defaultdict(list)
+    for edge in edges:
+        if _in(edge.importer, CORE) and _in(edge.imported, CORE) and CORE not in (edge.importer, edge.imported):
+            graph[edge.importer, edge.imported].append(edge.where)
+    return graph
+
+
+def _cycle(pairs) -> list[tuple[str, str]] | None:
+    """One cycle in the directed graph of ``pairs``, as its edges, or None."""
+    succ = defaultdict(list)
+    for a, b in sorted(pairs):
+        succ[a].append(b)
+    state, stack = {}, []   # state: 1 on the current path, 2 done
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in succ[node]:
+            if state.get(nxt) == 1:
+                loop = stack[stack.index(nxt):] + [nxt]
+                return list(zip(loop, loop[1:]))
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for start in list(succ):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def _on_a_cycle(pair: tuple[str, str], pairs) -> bool:
+    """Whether edge a -> b closes a cycle: b reaches a through ``pairs``."""
+    succ = defaultdict(set)
+    for a, b in pairs:
+        succ[a].add(b)
+    seen, todo = set(), [pair[1]]
+    while todo:
+        node = todo.pop()
+        if node == pair[0]:
+            return True
+        if node not in seen:
+            seen.add(node)
+            todo += succ[node]
+    return False
+
+
+def test_core_imports_nothing_above_it():
+    edges = _edges()
+    problems = [f"{e.where}: {e.importer} imports {e.imported} (rule: raylite/core imports nothing above it)"
+                for e in edges if _in(e.importer, CORE) and not _in(e.imported, CORE)
+                and e.imported not in BELOW_CORE and (e.importer, e.imported) not in UPWARD_ALLOWED]
+    problems += [f"{e.where}: {e.importer} imports {e.imported} (rule: {e.importer} sits below raylite/core "
+                 "and imports nothing from raylite)" for e in edges if e.importer in BELOW_CORE]
+    made = {(e.importer, e.imported) for e in edges}
+    problems += [f"{a} no longer imports {b}: remove the entry from UPWARD_ALLOWED" for a, b in UPWARD_ALLOWED - made]
+    assert not problems, "\n".join(problems)
+
+
+def test_train_tune_plugins_and_util_use_the_public_face():
+    edges = _edges()
+    problems = [f"{e.where}: {e.importer} imports {e.imported} (rule: {e.importer.split('.')[1]}/ uses raylite's "
+                "public API, not raylite.core)" for e in edges
+                if any(_in(e.importer, p) for p in PUBLIC_ONLY) and _in(e.imported, CORE)]
+    problems += [f"{e.where}: {e.importer} imports {e.imported} (rule: util/ imports only the core modules in "
+                 "UTIL_CORE_ALLOWED; use raylite's public API)" for e in edges
+                 if _in(e.importer, "raylite.util") and _in(e.imported, CORE)
+                 and (e.importer, e.imported) not in UTIL_CORE_ALLOWED]
+    made = {(e.importer, e.imported) for e in edges}
+    problems += [f"{a} no longer imports {b}: remove the entry from UTIL_CORE_ALLOWED"
+                 for a, b in UTIL_CORE_ALLOWED - made]
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_cycle_in_core():
+    graph = _core_graph(_edges())
+    problems = []
+    for pair in sorted(CYCLE_EDGES):
+        if pair not in graph:
+            problems.append(f"{pair[0]} no longer imports {pair[1]}: remove the entry from CYCLE_EDGES")
+        elif not _on_a_cycle(pair, graph):
+            problems.append(f"{pair[0]} -> {pair[1]} ({', '.join(graph[pair])}) no longer closes a cycle: "
+                            "remove the entry from CYCLE_EDGES")
+    loop = _cycle(set(graph) - CYCLE_EDGES)
+    if loop:
+        problems.append("a new import cycle in raylite/core (rule: core's imports form no cycle; import the "
+                        "lower module from the higher one only):\n"
+                        + "\n".join(f"  {a} -> {b} at {', '.join(graph[a, b])}" for a, b in loop))
+    print(f"{len(CYCLE_EDGES)} allowlisted cycle edges remain in raylite/core")
+    assert not problems, "\n".join(problems)
