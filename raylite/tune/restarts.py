@@ -28,9 +28,12 @@ def restart_later(r, trial: Trial) -> None:
 def release_paused(r) -> None:
     if not r.paused:
         return
-    for trial in r.scheduler.release(list(r.paused), r.trials, r._can_create()):
+    go, end = r.scheduler.release(list(r.paused), r.trials, r._can_create())
+    for trial in go:
         r.paused.remove(trial)
         requeue(r, trial)
+    for trial in end:
+        end_paused(r, trial, pruned=True)
 
 
 def requeue(r, trial: Trial) -> None:
@@ -54,11 +57,13 @@ def requeue(r, trial: Trial) -> None:
     r.storage.save_trial(trial)
 
 
-def end_paused(r, trial: Trial) -> None:
-    """A paused trial the experiment will not run again ends TERMINATED, as it stood."""
+def end_paused(r, trial: Trial, pruned: bool = False) -> None:
+    """A paused trial that will not run again ends TERMINATED, as it stood (`pruned`: the
+    scheduler stopped it early, as HyperBand does with a rung's losers)."""
     r.paused.remove(trial)
-    trial.status, trial.end_time = TERMINATED, time.time()
-    r._tell(trial, TrialState.COMPLETE)
+    trial.status, trial.end_time, trial.early_stopped = TERMINATED, time.time(), pruned
+    r._tell(trial, TrialState.PRUNED if pruned else TrialState.COMPLETE)
     trial.compact()
     r.storage.save_trial(trial)
     r._fire("on_trial_complete", iteration=r.iteration, trials=r.trials, trial=trial)
+    r.scheduler.on_trial_complete(trial)

@@ -12,13 +12,15 @@ with `early_stopped=True`, not ERROR.
 - `MedianStoppingRule(time_attr, grace_period, min_samples_required)`: Ray's rule (best so far
   against the median of the other trials' running means), on its own records.
 - `OptunaPruner(pruner, time_attr)`, or an Optuna pruner passed as `scheduler=`: any other pruner.
+- `PopulationBasedTraining`, `PopulationBasedTrainingReplay` (pbt.py) and `HyperBandScheduler`
+  (hyperband.py, synchronous brackets) stop trials to start them again from a checkpoint
+  (EXPLOIT, PAUSE: restarts.py runs that).
 """
 from __future__ import annotations
 
 import bisect
 import math
 import statistics
-import warnings
 
 from optuna import pruners
 
@@ -51,10 +53,11 @@ class TrialScheduler:
     def on_trial_complete(self, trial) -> None:
         """The trial ended for good (finished, stopped or errored)."""
 
-    def release(self, paused: list, trials: list, more_coming: bool) -> list:
-        """Of the PAUSEd trials, those to start again now (each from `trial.restart` if set, else
-        from its latest checkpoint); `more_coming`: trials are still to be created."""
-        return []
+    def release(self, paused: list, trials: list, more_coming: bool) -> tuple[list, list]:
+        """(those of the PAUSEd trials to start again now, each from `trial.restart` if set, else
+        from its latest checkpoint; those to end, stopped early); `more_coming`: trials are still
+        to be created."""
+        return [], []
 
     def setup_experiment(self, path: str) -> None:
         """The experiment directory, before the first trial (for files the scheduler writes)."""
@@ -122,7 +125,9 @@ class ASHAScheduler(OptunaPruner):
         max_t: the most `time_attr` a trial runs for.
         grace_period: the first rung: no trial stops before it.
         reduction_factor: the fraction (1/rf) of trials that go on at each rung.
-        brackets: only 1 (a warning otherwise; Optuna's HyperbandPruner does several).
+        brackets: 1: Optuna's SuccessiveHalvingPruner; more: asynchronous HyperBand on Optuna's
+            HyperbandPruner, which sets the number of brackets itself (from max_t, grace_period and
+            reduction_factor).
         stop_last_trials: whether `max_t` ends trials (False: they run on).
     """
 
@@ -133,20 +138,25 @@ class ASHAScheduler(OptunaPruner):
             raise ValueError(f"need 1 <= grace_period <= max_t, got grace_period={grace_period}, max_t={max_t}")
         if reduction_factor < 2:
             raise ValueError(f"reduction_factor must be >= 2, got {reduction_factor}")
-        if brackets != 1:
-            warnings.warn("ASHAScheduler: only brackets=1 is supported (Optuna's SuccessiveHalvingPruner); "
-                          "for several brackets pass scheduler=optuna.pruners.HyperbandPruner(...)", stacklevel=2)
-        super().__init__(pruners.SuccessiveHalvingPruner(min_resource=int(grace_period),
-                                                         reduction_factor=int(reduction_factor),
-                                                         min_early_stopping_rate=0),
-                         time_attr, metric, mode, max_t if stop_last_trials else None)
-        self.grace_period, self.reduction_factor = grace_period, reduction_factor
+        if not isinstance(brackets, int) or brackets < 1:
+            raise ValueError(f"ASHAScheduler(brackets={brackets!r}) must be an integer >= 1")
+        if brackets == 1:
+            pruner = pruners.SuccessiveHalvingPruner(min_resource=int(grace_period),
+                                                     reduction_factor=int(reduction_factor), min_early_stopping_rate=0)
+        else:   # asynchronous HyperBand: Optuna's HyperbandPruner runs the brackets (its own count of them)
+            pruner = pruners.HyperbandPruner(min_resource=int(grace_period), max_resource=int(max_t),
+                                             reduction_factor=int(reduction_factor))
+        super().__init__(pruner, time_attr, metric, mode, max_t if stop_last_trials else None)
+        self.grace_period, self.reduction_factor, self.brackets = grace_period, reduction_factor, brackets
 
     def decides_at(self, trial, step: int) -> bool:
         """Successive halving judges a trial only at the first report at or past each rung
         (grace_period * reduction_factor**k); the steps between never change its decision. So only
         those go to Optuna, whose per-report cost grows with the values it holds: a trial reporting
-        every step for days costs the driver the same per report as in its first minute."""
+        every step for days costs the driver the same per report as in its first minute. (Several
+        brackets have rungs of their own: every step goes to Optuna then.)"""
+        if self.brackets != 1:
+            return True
         rung = trial.optuna.get("next_rung", self.grace_period)
         if step < rung:
             return False
@@ -156,7 +166,8 @@ class ASHAScheduler(OptunaPruner):
         return True
 
     def describe(self) -> str:
-        return f"ASHA (Optuna SuccessiveHalvingPruner, max_t={self.max_t}): {self.num_pruned} stopped early"
+        kind = "SuccessiveHalvingPruner" if self.brackets == 1 else "HyperbandPruner"
+        return f"ASHA (Optuna {kind}, max_t={self.max_t}): {self.num_pruned} stopped early"
 
 
 AsyncHyperBandScheduler = ASHAScheduler

@@ -182,18 +182,18 @@ class PopulationBasedTraining(TrialScheduler):
             return EXPLOIT
         return CONTINUE
 
-    def release(self, paused: list, trials: list, more_coming: bool) -> list:
+    def release(self, paused: list, trials: list, more_coming: bool) -> tuple[list, list]:
         """Synch mode: once every unfinished trial is paused at its point (and none is still to be
         created), rank them together, set each bottom one's exploit, and let them all go on."""
         if not self.synch or not paused or more_coming:
-            return []
+            return [], []
         if any(not t.is_finished and t not in paused for t in trials):
-            return []
+            return [], []
         lower, upper = self._quantiles({t.trial_id: self.states[t.trial_id] for t in paused})
         by_id = {t.trial_id: t for t in paused}
         for tid in lower:
             self._exploit(by_id[tid], by_id[random.choice(upper)])
-        return list(paused)
+        return list(paused), []
 
     # ------------------------------------------------------------------ ranking and exploiting
     def _quantiles(self, states: dict) -> tuple[list, list]:
