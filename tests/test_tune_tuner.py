@@ -248,8 +248,6 @@ def test_bad_input_is_a_clear_error():
         tune.with_resources(fn, {"gpu": -1})
     with pytest.raises(TypeError, match="with_resources.*int"):
         tune.with_resources(fn, 4)
-    with pytest.raises(NotImplementedError, match="per config"):
-        tune.with_resources(fn, lambda config: {"cpu": config["n"]})
     with pytest.raises(ValueError, match="non-empty list"):
         tune.PlacementGroupFactory([])
     with pytest.raises(ValueError, match=r"bundle 1\['CPU'\].*'x'"):

@@ -11,7 +11,7 @@ from raylite.train.config import check_fail_fast
 from raylite.tune.search import BasicVariantGenerator, Searcher, unwrap_limiter
 from raylite.tune.schedulers import as_scheduler
 from raylite.tune.session import with_parameters
-from raylite.tune.trainable import is_trainable_class
+from raylite.tune.trainable import Trainable, is_trainable_class
 from raylite.tune.trial import ERROR
 from raylite.tune.trial_env import log_files
 
@@ -116,11 +116,14 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
                         f"got {type(search_alg).__name__}")
     scheduler = as_scheduler(scheduler)
     metric, mode = _resolve_metric(search_alg, scheduler, metric, mode)
+    resource_fn = per_config_resources(trainable, resources_per_trial)
+    if resource_fn is not None:
+        resources_per_trial = {"cpu": 0}   # what the experiment holds besides each trial's own
     runner = TrialRunner(trainable, config, num_samples, normalize_resources(resources_per_trial), metric, mode,
                          search_alg, scheduler, stop, time_budget_s, max_concurrent_trials,
                          storage_path or local_dir, name, resume, max_failures, verbose, callbacks, checkpoint_config,
                          fail_fast, errored, trial_name_creator, trial_dirname_creator, log_to_file,
-                         reuse_actors=bool(reuse_actors))
+                         reuse_actors=bool(reuse_actors), resource_fn=resource_fn)
     runner.reporter = reporters.configure(runner.reporter, progress_reporter)
     with panel.published(runner):   # to the raylite CLI and dashboard
         analysis = runner.run()
@@ -147,6 +150,21 @@ def parse_resume(resume: bool | str) -> tuple[bool, str | None]:
         raise ValueError(f"resume={resume!r}: the suffix must be +ERRORED or +RESTART_ERRORED (the *_ONLY forms, "
                          f"which skip unfinished trials, are not supported)")
     return True, errored
+
+
+def per_config_resources(trainable, resources_per_trial) -> Callable | None:
+    """The function config -> resources when a trial's resources depend on its config: given to
+    `with_resources(trainable, resources=fn)` or as `resources_per_trial`, or a class trainable's
+    `default_resource_request(config)` when nothing else is given (as in Ray)."""
+    if callable(resources_per_trial) and not isinstance(resources_per_trial, dict):
+        from raylite.tune.tuner import PlacementGroupFactory
+        if not isinstance(resources_per_trial, PlacementGroupFactory):
+            return resources_per_trial
+    inner = _inner(trainable)
+    if resources_per_trial is None and is_trainable_class(inner) and \
+            inner.default_resource_request is not Trainable.default_resource_request:
+        return inner.default_resource_request
+    return None
 
 
 def normalize_resources(resources, what: str = "resources_per_trial") -> dict[str, float]:

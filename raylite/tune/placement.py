@@ -28,18 +28,57 @@ def check_feasible(r) -> None:
         raise ValueError(f"resources_per_trial={resources_str(r.resources)} can never be satisfied "
                          f"({'; '.join(short)}; see ray.cluster_resources()). Ask for less, or start "
                          f"raylite with more (ray.init(num_cpus=..., num_gpus=..., resources={{...}})).")
-    limits = [sum(per_node)] if r.req_units else []
+    if r.resource_fn is not None:   # per config: each trial is checked as it is created
+        per_node = [max(1, units(node.get("CPU", 0)) // 10_000) for node in nodes]
+    limits = [sum(per_node)] if r.req_units or r.resource_fn else []
     if r.max_concurrent:
         limits.append(r.max_concurrent)
     r.slots = min(limits) if limits else 1   # how many trials can run at once
     # Submit the next trial ahead only where the resources are what limits concurrency (so the
     # node holds it back) and its config cannot depend on the trials still running.
-    r.may_queue = (bool(r.req_units) and not r.searcher.needs_metric
+    r.may_queue = (bool(r.req_units) and not r.searcher.needs_metric and r.resource_fn is None
                       and (not r.max_concurrent or r.max_concurrent >= r.slots) and QUEUE_AHEAD)
     custom = {k: v for k, v in r.resources.items() if k not in ("CPU", "GPU", "memory")}
     r.task = _trial_task.options(num_cpus=r.resources.get("CPU", 0), num_gpus=r.resources.get("GPU", 0),
                                     memory=r.resources.get("memory") or None, resources=custom or None,
                                     max_retries=0)
+
+
+def config_resources(r, config: dict) -> dict[str, float]:
+    """A trial's own resources (`with_resources(trainable, fn)`): `fn(config)`, checked against
+    the nodes as tune.run checks a fixed request."""
+    from raylite.tune import _validate
+    from raylite.tune.api import normalize_resources
+    asked = r.resource_fn(config)
+    what = f"the resources function's value for config {config!r}"
+    _validate.check_resource_grid(asked, what)
+    resources = normalize_resources(asked, what)
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive", True)] or [ray.cluster_resources()]
+    if not any(all(units(node.get(k, 0)) >= units(v) for k, v in resources.items()) for node in nodes):
+        raise ValueError(f"{what} is {resources_str(resources)}, which no node can ever hold (see "
+                         f"ray.cluster_resources()); ask for less")
+    return resources
+
+
+def units_of(r, trial) -> dict[str, int]:
+    """What the trial holds, in resource units: its own request, else the experiment's."""
+    if r.resource_fn is None:
+        return r.req_units
+    if getattr(trial, "req_units", None) is None:
+        trial.req_units = {k: units(v) for k, v in trial.resources.items() if v}
+    return trial.req_units
+
+
+def task_for(r, trial):
+    """The trial task with this trial's own resources (one options() per distinct request)."""
+    key = tuple(sorted(trial.resources.items()))
+    cache = r.__dict__.setdefault("_tasks", {})
+    if key not in cache:
+        res = trial.resources
+        custom = {k: v for k, v in res.items() if k not in ("CPU", "GPU", "memory")}
+        cache[key] = _trial_task.options(num_cpus=res.get("CPU", 0), num_gpus=res.get("GPU", 0),
+                                         memory=res.get("memory") or None, resources=custom or None, max_retries=0)
+    return cache[key]
 
 
 def class_options(r) -> dict:

@@ -62,7 +62,7 @@ class TrialRunner:
                  stop, time_budget_s, max_concurrent_trials, storage_path, name, resume, max_failures, verbose,
                  callbacks, checkpoint_config: CheckpointConfig | None = None, fail_fast: bool | str = False,
                  errored: str | None = None, trial_name_creator=None, trial_dirname_creator=None,
-                 log_to_file: bool | str | tuple = False, reuse_actors: bool = False):
+                 log_to_file: bool | str | tuple = False, reuse_actors: bool = False, resource_fn=None):
         self.trainable, self.trainable_name = trainable, getattr(trainable, "__name__", "trainable")
         self.searcher = search_alg if search_alg is not None else BasicVariantGenerator()
         self.scheduler = as_scheduler(scheduler)
@@ -80,6 +80,7 @@ class TrialRunner:
         self.log_files = log_files(log_to_file)
         self.checkpoint_config = checkpoint_config
         self.reuse_actors = bool(reuse_actors)
+        self.resource_fn = resource_fn   # config -> the trial's resources (with_resources(fn)), or None
         self.fail_fast = fail_fast.upper() if isinstance(fail_fast, str) else fail_fast
         self.fail_error: BaseException | None = None   # fail_fast="raise": the first trial error, raised at the end
         self.dropped: list[str] = []   # checkpoints it no longer keeps: deleted after this drain's results
@@ -264,17 +265,20 @@ class TrialRunner:
     def _can_create(self) -> bool:
         return not self.stopping and (self.total_trials is None or len(self.trials) < self.total_trials)
 
-    def _fits(self) -> bool:
+    def _fits(self, trial: Trial | None = None) -> bool:
+        """Whether one more trial (this one, when resources differ per config) fits now."""
         if self.max_concurrent is not None and len(self.running) >= self.max_concurrent:
             return False
-        return all(self.held.get(k, 0) + v <= self.total_units.get(k, 0) for k, v in self.req_units.items())
+        need = placement.units_of(self, trial) if trial is not None else self.req_units
+        return all(self.held.get(k, 0) + v <= self.total_units.get(k, 0) for k, v in need.items())
 
     def _create_trial(self) -> Trial:
         index = len(self.trials)
         config, ot = self.searcher.suggest(self.study, index)
         tid = f"{self.exp_tag}_{index:05d}"
         ot.set_user_attr("trial_id", tid)
-        trial = Trial(tid, index, config, "", self.resources, self.trainable_name)
+        resources = placement.config_resources(self, config) if self.resource_fn else self.resources
+        trial = Trial(tid, index, config, "", resources, self.trainable_name)
         self.scheduler.on_trial_add(trial)
         trial.experiment_tag = records.experiment_tag(self, trial)
         if self.trial_name_creator is not None:
@@ -299,6 +303,8 @@ class TrialRunner:
                 if not self._can_create() or not self._may_ask():
                     return
                 self._create_trial()
+            if self.resource_fn is not None and not self._fits(self.pending[0]):
+                return   # its own resources are not free yet
             self._launch(self.pending.popleft())
 
     def _may_ask(self) -> bool:
@@ -319,7 +325,10 @@ class TrialRunner:
                 "experiment_tag": trial.experiment_tag or records.experiment_tag(self, trial)}
         if gate:
             info["gate"] = gate
-        trial.ref = self.task.remote(self.trainable_ref, trial.config, info, self.static_ref)
+        task = self.task
+        if self.resource_fn is not None:   # this trial's own resources
+            task, info["resources"] = placement.task_for(self, trial), dict(trial.resources)
+        trial.ref = task.remote(self.trainable_ref, trial.config, info, self.static_ref)
         trial.stop_requested_at, trial.cancel_stage, trial.stop_reason = None, 0, None
         if gate:
             self.queued = trial
@@ -329,7 +338,7 @@ class TrialRunner:
     def _started(self, trial: Trial, callbacks: bool = True) -> None:
         """The trial holds its resources from now on (launched, or its gate opened)."""
         self.running[trial.ref] = trial
-        for k, v in self.req_units.items():
+        for k, v in placement.units_of(self, trial).items():
             self.held[k] = self.held.get(k, 0) + v
         trial.launched, trial.launched_at = True, time.monotonic()
         if not callbacks:
@@ -339,7 +348,7 @@ class TrialRunner:
         self._fire("on_trial_start", iteration=self.iteration, trials=self.trials, trial=trial)
 
     def _release(self, trial: Trial) -> None:
-        for k, v in self.req_units.items():
+        for k, v in placement.units_of(self, trial).items():
             self.held[k] -= v
 
     def _outcome(self, ref):

@@ -119,6 +119,7 @@ class Trial:
         self.withdrawn = False   # submitted ahead, then the experiment stopped before it was promoted
         self.restart: tuple | None = None      # (config, checkpoint path) a scheduler restarts it with
         self.resume_from: str | None = None    # the checkpoint its next launch starts from
+        self.req_units: dict | None = None     # its own resources in units, when they differ per config
 
     # ------------------------------------------------------------------ results
     def add_result(self, result: dict) -> None:

@@ -94,20 +94,19 @@ class _WithResources:
         return self.trainable(config, **kwargs)
 
 
-def with_resources(trainable: Callable, resources: dict | PlacementGroupFactory | ScalingConfig) -> Callable:
+def with_resources(trainable: Callable, resources: dict | PlacementGroupFactory | ScalingConfig | Callable
+                   ) -> Callable:
     """Ray's `tune.with_resources`: the resources every trial of `trainable` holds, as a dict
     (`{"cpu": 2, "gpu": 0.5, "custom": 1}`, the form of `tune.run(resources_per_trial=...)`), a
     `PlacementGroupFactory` (the sum of its bundles) or a `ScalingConfig` (its trainer's bundle plus
-    its workers', as Ray's `as_placement_group_factory`). Works with `Tuner` and `tune.run`, around
-    or inside `with_parameters`."""
+    its workers', as Ray's `as_placement_group_factory`); or a function `config -> ` one of those,
+    called for each trial's config (a trial that can never fit is an error when it is created).
+    Works with `Tuner` and `tune.run`, around or inside `with_parameters`."""
     if isinstance(resources, ScalingConfig):
         resources = _scaling_bundles(resources)
+    if callable(resources) and not isinstance(resources, (dict, PlacementGroupFactory)):
+        return _WithResources(trainable, resources)   # per config: called as each trial is created
     if not isinstance(resources, (dict, PlacementGroupFactory)):
-        if callable(resources):
-            raise NotImplementedError(
-                "tune.with_resources(trainable, resources=<function>): resources chosen per config are not "
-                "supported (every trial of a raylite.tune experiment holds the same resources); pass a dict "
-                "like {'cpu': 2, 'gpu': 0.5} or a tune.PlacementGroupFactory")
         raise TypeError(f"with_resources(resources=...) must be a dict like {{'cpu': 2, 'gpu': 0.5}}, a "
                         f"tune.PlacementGroupFactory or a ScalingConfig, got {type(resources).__name__}")
     _validate.check_resource_grid(resources, "with_resources(resources=...)")

@@ -8,6 +8,7 @@ that trial with `study.enqueue_trial`, so they are recorded as Optuna params too
 - `OptunaSearch(sampler=None, seed=None)`: TPE by default, or any Optuna sampler.
 - `ConcurrencyLimiter(searcher, max_concurrent)`: the searcher, with at most that many trials
   running at once (`tune.run`/`Tuner` take it as their `max_concurrent_trials` bound).
+- `Repeater(searcher, repeat, set_index)` (repeater.py): each suggested config `repeat` times.
 
 A package so that Ray's import paths work: `ray.tune.search.optuna.OptunaSearch`,
 `ray.tune.search.basic_variant.BasicVariantGenerator`, `ray.tune.search.ConcurrencyLimiter`.
@@ -333,3 +334,10 @@ class _OptunaDomain(Domain):
     def decode(self, value):
         return value
 
+
+def __getattr__(name: str):
+    """`tune.search.Repeater` (repeater.py), loaded on first use as Ray's module is."""
+    if name == "Repeater":
+        from raylite.tune.search.repeater import Repeater
+        return Repeater
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
