@@ -235,8 +235,7 @@ def test_concurrency_limiter_and_define_by_run_space(runtime, tmp_path):
                    run_config=run_config(tmp_path, "bad")).fit()
     with pytest.raises(NotImplementedError, match="batch"):
         ConcurrencyLimiter(searcher, max_concurrent=2, batch=True)
-    with pytest.raises(NotImplementedError, match="multi-objective"):
-        OptunaSearch(metric=["a", "b"], mode=["min", "max"])
+    assert OptunaSearch(metric=["a", "b"], mode=["min", "max"]).objectives == [("a", "min"), ("b", "max")]
 
 
 # ---------------------------------------------------------------------------- restore, resources, configs

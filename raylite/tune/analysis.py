@@ -22,7 +22,7 @@ def _need_pandas(what: str):
 
 class ExperimentAnalysis:
     def __init__(self, trials_or_path, default_metric: str | None = None, default_mode: str | None = None, *,
-                 experiment_path: str | None = None, study=None):
+                 experiment_path: str | None = None, study=None, objectives: list | None = None):
         if isinstance(trials_or_path, (str, os.PathLike)):
             path = os.path.abspath(os.path.expanduser(os.fspath(trials_or_path)))
             storage = ExperimentStorage(os.path.dirname(path), os.path.basename(path))
@@ -33,6 +33,7 @@ class ExperimentAnalysis:
             default_metric = default_metric or meta.get("metric")
             default_mode = default_mode or meta.get("mode")
             experiment_path, self._study, self._study_name = path, None, meta.get("name")
+            objectives = objectives or meta.get("objectives")
         else:
             self.trials = list(trials_or_path)
             self._study, self._study_name = study, getattr(study, "study_name", None)
@@ -40,10 +41,15 @@ class ExperimentAnalysis:
             raise ValueError(f"mode must be 'min' or 'max', got {default_mode!r}")
         self.default_metric, self.default_mode = default_metric, default_mode
         self.experiment_path = experiment_path
+        self.objectives = [tuple(o) for o in objectives] if objectives else None
 
     # ------------------------------------------------------------------ best trial
     def _metric_mode(self, metric, mode, what: str):
         metric, mode = metric or self.default_metric, mode or self.default_mode
+        if (not metric or not mode) and self.objectives:
+            raise ValueError(f"{what}: this experiment searched {len(self.objectives)} objectives "
+                             f"({', '.join(m for m, _ in self.objectives)}), so no trial is the single best; pass "
+                             f"metric= and mode= to rank by one, or take the Pareto front: pareto_front()")
         if not metric or not mode:
             raise ValueError(f"{what} needs a metric and mode: pass them to tune.run(metric=..., mode=...) "
                              f"or use get_best_trial(metric, mode)")
@@ -206,6 +212,29 @@ class ExperimentAnalysis:
         if not study.trials:
             raise ValueError(f"nothing to plot: no trial reported {metric!r}")
         return study
+
+    def pareto_front(self) -> list[Trial]:
+        """The trials no other trial beats on every objective (Optuna's `study.best_trials`), for a
+        multi-objective search (OptunaSearch(metric=[...], mode=[...]))."""
+        if not self.objectives:
+            raise ValueError("pareto_front() is for a multi-objective search (OptunaSearch(metric=[...], "
+                             "mode=[...])); this one has one objective: use get_best_trial()")
+        ids = {t.user_attrs.get("trial_id") for t in self.study.best_trials}
+        return [t for t in self.trials if t.trial_id in ids]
+
+    def plot_pareto_front(self, path: str | os.PathLike | None = None) -> str:
+        """Optuna's Pareto-front plot of a multi-objective search as a PNG (default:
+        pareto_front.png in the experiment directory); returns the file."""
+        self.pareto_front()   # the error for a single objective
+        import matplotlib.pyplot as plt
+        from optuna.visualization import matplotlib as ovm
+        path = os.fspath(path) if path is not None else os.path.join(self.experiment_path, "pareto_front.png")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # optuna.visualization.matplotlib is "experimental"
+            ax = ovm.plot_pareto_front(self.study, target_names=[m for m, _ in self.objectives])
+        ax.figure.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(ax.figure)
+        return path
 
     def plot(self, path: str | os.PathLike | None = None) -> list[str]:
         """Write the optimisation history and the parameter importances as PNGs (Optuna's

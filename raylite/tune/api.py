@@ -9,7 +9,7 @@ from raylite.tune import _validate, panel
 from raylite.tune.analysis import ExperimentAnalysis
 from raylite.train.config import check_fail_fast
 from raylite.tune.search import BasicVariantGenerator, Searcher, unwrap_limiter
-from raylite.tune.schedulers import as_scheduler
+from raylite.tune.schedulers import OptunaPruner, as_scheduler
 from raylite.tune.session import with_parameters
 from raylite.tune.trainable import Trainable, is_trainable_class
 from raylite.tune.trial import ERROR
@@ -242,5 +242,9 @@ def _resolve_metric(searcher, scheduler, metric, mode):
     if needs and metric is None:
         raise ValueError(f"{' and '.join(needs)} need(s) a metric and mode: pass metric='...' and "
                          f"mode='min'|'max' to tune.run")
+    if searcher.objectives and isinstance(scheduler, OptunaPruner):
+        raise ValueError(f"{type(scheduler).__name__} cannot prune a multi-objective search (Optuna's pruners judge "
+                         f"one value; metric={[m for m, _ in searcher.objectives]}): use FIFOScheduler, "
+                         f"MedianStoppingRule or HyperBandScheduler")
     scheduler.metric, scheduler.mode = metric, mode
     return metric, mode

@@ -1,12 +1,14 @@
 """The experiment's records on disk, for the runner (runner.py): its name, opening or resuming it
 (finished trials told to the study again, unfinished ones queued to restart), trial names and
-directories, and where a restarting trial picks up (its checkpoint, its results up to it)."""
+directories, where a restarting trial picks up (its checkpoint, its results up to it), and
+telling the study how a trial ended (one value, or one per objective)."""
 from __future__ import annotations
 
 import contextlib
 import os
 import re
 import shutil
+import warnings
 import time
 from datetime import datetime
 
@@ -14,6 +16,7 @@ import optuna
 from optuna.trial import TrialState
 
 from raylite.tune import session
+from raylite.tune.metrics import is_finite, lookup
 from raylite.tune.search_space import path_name
 from raylite.tune.storage import ExperimentStorage, StudyMirror, read_results, rewrite_results
 from raylite.tune.trial import ERROR, PENDING, Trial
@@ -43,8 +46,12 @@ def open_experiment(r) -> None:
         raise ValueError(f"experiment {r.name!r} already exists at {st.path}: pass resume=True to continue "
                          f"it, or another name (or storage_path)")
     direction = "maximize" if r.mode == "max" else "minimize"
+    objectives = r.searcher.objectives   # several: one direction each (multi-objective OptunaSearch)
+    if objectives:
+        direction = ["maximize" if m == "max" else "minimize" for _, m in objectives]
     r.study = optuna.create_study(sampler=r.searcher.sampler, pruner=r.scheduler.make_pruner(),
-                                     direction=direction, **r.searcher.study_args(r.name))
+                                     **({"directions": direction} if objectives else {"direction": direction}),
+                                     **r.searcher.study_args(r.name))
     # a study in the user's storage (OptunaSearch(storage=...)) may hold this experiment's trials already
     r.told = {t.user_attrs.get("trial_id") for t in r.study.get_trials(deepcopy=False)}
     r.searcher.setup_study(r.study)
@@ -52,7 +59,7 @@ def open_experiment(r) -> None:
     meta = st.load_meta() if existing else {}
     r.exp_tag = meta.get("exp_tag") or os.urandom(3).hex()[:5]
     r.meta = {"name": r.name, "trainable": r.trainable_name, "exp_tag": r.exp_tag,
-                 "metric": r.metric, "mode": r.mode, "num_samples": r.num_samples,
+                 "metric": r.metric, "mode": r.mode, "num_samples": r.num_samples, "objectives": objectives,
                  "total_trials": r.total_trials, "resources_per_trial": r.resources,
                  "search_alg": r.searcher.describe(), "scheduler": type(r.scheduler).__name__,
                  "created": meta.get("created", time.time()), "status": "running"}
@@ -83,7 +90,8 @@ def restore_finished(r, t: Trial) -> None:
     if state == TrialState.COMPLETE and value is None:
         state = TrialState.FAIL
     frozen = optuna.trial.create_trial(
-        state=state, value=value if state != TrialState.FAIL else None, params=o.get("params", {}),
+        state=state, params=o.get("params", {}),
+        **{"values" if isinstance(value, list) else "value": value if state != TrialState.FAIL else None},
         distributions={k: optuna.distributions.json_to_distribution(v) for k, v in o["distributions"].items()},
         intermediate_values={int(k): v for k, v in (o.get("intermediate") or {}).items()},
         system_attrs=o.get("system_attrs") or {}, user_attrs={"trial_id": t.trial_id})
@@ -168,3 +176,23 @@ def rewind(r, trial: Trial) -> session.Checkpoint | None:
     trial.rewind(keep)
     trial.restored = False
     return ckpt
+
+
+def tell(r, trial: Trial, state: TrialState) -> None:
+    objectives = r.searcher.objectives
+    if objectives:   # multi-objective: one value per metric, all finite, or the trial failed
+        values = [lookup(trial.last_result, m) for m, _ in objectives]
+        value = [float(v) for v in values] if all(is_finite(v) for v in values) else None
+    else:
+        value = lookup(trial.last_result, r.metric) if r.metric else None
+    finite = value is not None and (objectives or is_finite(value))
+    if state == TrialState.COMPLETE and not finite:
+        state = TrialState.FAIL   # Optuna needs a value for a complete trial
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        told = (value if objectives else float(value)) if state == TrialState.COMPLETE else None
+        frozen = r.study.tell(trial.optuna_trial, told, state=state)
+    # system_attrs hold the pruner's records (ASHA's rung values), which trials after a resume compete with
+    told = frozen.values if objectives else frozen.value   # a list for several objectives
+    trial.optuna.update(state=frozen.state.name, value=told, system_attrs=dict(frozen.system_attrs))
+    r.mirror.add(frozen)

@@ -8,7 +8,7 @@ import time
 
 from optuna.trial import TrialState
 
-from raylite.tune import session
+from raylite.tune import records, session
 from raylite.tune.schedulers import EXPLOIT
 from raylite.tune.trial import PAUSED, PENDING, TERMINATED, Trial
 
@@ -62,7 +62,7 @@ def end_paused(r, trial: Trial, pruned: bool = False) -> None:
     scheduler stopped it early, as HyperBand does with a rung's losers)."""
     r.paused.remove(trial)
     trial.status, trial.end_time, trial.early_stopped = TERMINATED, time.time(), pruned
-    r._tell(trial, TrialState.PRUNED if pruned else TrialState.COMPLETE)
+    records.tell(r, trial, TrialState.PRUNED if pruned else TrialState.COMPLETE)
     trial.compact()
     r.storage.save_trial(trial)
     r._fire("on_trial_complete", iteration=r.iteration, trials=r.trials, trial=trial)

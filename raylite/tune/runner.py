@@ -29,7 +29,6 @@ import os
 import shutil
 import time
 import traceback
-import warnings
 from collections import deque
 
 import optuna
@@ -40,7 +39,7 @@ import raylite as ray
 from raylite.train.config import CheckpointConfig
 from raylite.tune import placement, records, restarts, session, stopping
 from raylite.tune.analysis import ExperimentAnalysis
-from raylite.tune.metrics import check_metrics, flat_result, is_finite, lookup
+from raylite.tune.metrics import check_metrics, flat_result
 from raylite.tune.progress import ProgressReporter
 from raylite.tune.schedulers import EXPLOIT, PAUSE, PRUNE, STOP, FIFOScheduler, as_scheduler
 from raylite.tune.search import BasicVariantGenerator
@@ -156,6 +155,7 @@ class TrialRunner:
         self.reporter.summary(self)
         self._fire("on_experiment_end", trials=self.trials)
         return ExperimentAnalysis(self.trials, self.metric, self.mode, experiment_path=self.storage.path,
+                                  objectives=self.searcher.objectives,
                                   study=self.study)
 
     def _loop(self) -> None:
@@ -473,7 +473,7 @@ class TrialRunner:
                     self.fail_error = value
                 stopping.stop_experiment(self, f"fail_fast: trial {trial.trial_id} errored")
         trial.end_time = time.time()
-        self._tell(trial, state)
+        records.tell(self, trial, state)
         trial.compact()
         self.storage.save_trial(trial)
         self.reporter.trial_line(trial, what)
@@ -485,15 +485,3 @@ class TrialRunner:
         restarts.release_paused(self)
 
     # ------------------------------------------------------------------ schedulers that restart trials
-    def _tell(self, trial: Trial, state: TrialState) -> None:
-        value = lookup(trial.last_result, self.metric) if self.metric else None
-        finite = is_finite(value)
-        if state == TrialState.COMPLETE and not finite:
-            state = TrialState.FAIL   # Optuna needs a value for a complete trial
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            frozen = self.study.tell(trial.optuna_trial, float(value) if state == TrialState.COMPLETE else None,
-                                     state=state)
-        # system_attrs hold the pruner's records (ASHA's rung values), which trials after a resume compete with
-        trial.optuna.update(state=frozen.state.name, value=frozen.value, system_attrs=dict(frozen.system_attrs))
-        self.mirror.add(frozen)

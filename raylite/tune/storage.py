@@ -330,8 +330,9 @@ class StudyWriter:
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.close()
         storage.engine.dispose()
-        self.study = optuna.create_study(storage=storage, study_name=self.study_name, direction=self.direction,
-                                         load_if_exists=True)
+        d = self.direction   # a list for several objectives
+        self.study = optuna.create_study(storage=storage, study_name=self.study_name, load_if_exists=True,
+                                         **({"directions": d} if isinstance(d, list) else {"direction": d}))
         self.known = {t.user_attrs.get("trial_id") for t in self.study.get_trials(deepcopy=False)}
 
     def add(self, frozen_trials: list) -> None:

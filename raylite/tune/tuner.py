@@ -302,6 +302,8 @@ class ResultGrid:
         if len(self._results) == 1:
             return self._results[0]
         for name, value in (("metric", metric), ("mode", mode)):
+            if not value and not getattr(self._analysis, f"default_{name}") and self._analysis.objectives:
+                self._analysis.get_best_trial(metric, mode)   # Ray's refusal, naming the objectives
             if not value and not getattr(self._analysis, f"default_{name}"):
                 raise ValueError(f"no {name}: pass get_best_result({name}=...) or set TuneConfig({name}=...)")
         best = self._analysis.get_best_trial(metric, mode, scope, filter_nan_and_inf)
@@ -310,6 +312,10 @@ class ResultGrid:
                                f"reported it" + (", or every value was NaN or infinite (filter_nan_and_inf=False "
                                                  "keeps those)" if filter_nan_and_inf else ""))
         return self._results[self._analysis.trials.index(best)]
+
+    def pareto_front(self) -> list[Result]:
+        """The Results of a multi-objective search's Pareto-optimal trials (ExperimentAnalysis.pareto_front)."""
+        return [self._results[self._analysis.trials.index(t)] for t in self._analysis.pareto_front()]
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None):
         """One row per trial (its last result, or its best by `filter_metric`/`filter_mode`), with

@@ -29,6 +29,7 @@ class Searcher:
 
     allows_grid = True
     needs_metric = False
+    objectives: list | None = None   # [(metric, mode), ...] for a multi-objective search
 
     def __init__(self, metric: str | None = None, mode: str | None = None, points_to_evaluate=None):
         if mode not in (None, "min", "max"):
@@ -190,10 +191,16 @@ class OptunaSearch(Searcher):
     def __init__(self, space: dict | Callable | None = None, metric: str | None = None, mode: str | None = None,
                  points_to_evaluate=None, sampler: samplers.BaseSampler | None = None, study_name: str | None = None,
                  storage=None, seed: int | None = None, evaluated_rewards: list | None = None):
+        objectives = None
         if isinstance(metric, (list, tuple)) or isinstance(mode, (list, tuple)):
-            raise NotImplementedError(f"OptunaSearch(metric={metric!r}, mode={mode!r}): multi-objective search is "
-                                      f"not supported by raylite.tune; pass one metric and one mode")
+            objectives = _objectives(metric, mode)
+            if evaluated_rewards is not None:
+                raise ValueError("OptunaSearch: evaluated_rewards takes one value per point, so it cannot be used "
+                                 f"with several objectives (metric={metric!r})")
+            metric = mode = None   # the experiment's metric, if any, only ranks results
         super().__init__(metric, mode, points_to_evaluate)
+        if objectives:
+            self.objectives, self.needs_metric = objectives, False
         if sampler is not None and not isinstance(sampler, samplers.BaseSampler):
             raise TypeError(f"sampler must be an Optuna sampler, got {type(sampler).__name__}")
         if space is not None and not isinstance(space, dict) and not callable(space):
@@ -286,6 +293,10 @@ class ConcurrencyLimiter(Searcher):
     wrapped searcher run at once. `tune.run` and `Tuner` unwrap it into their
     `max_concurrent_trials` bound (the smaller one wins), so trials are held back, not skipped."""
 
+    @property
+    def objectives(self):
+        return self.searcher.objectives
+
     def __init__(self, searcher: Searcher, max_concurrent: int, batch: bool = False):
         if not isinstance(searcher, Searcher):
             raise TypeError(f"ConcurrencyLimiter(searcher=...) must be a tune searcher (OptunaSearch, "
@@ -304,6 +315,19 @@ class ConcurrencyLimiter(Searcher):
     @property
     def mode(self):
         return self.searcher.mode
+
+
+def _objectives(metric, mode) -> list[tuple[str, str]]:
+    """Ray's multi-objective form, metric=["loss", "latency"], mode=["min", "min"], as pairs."""
+    if not isinstance(metric, (list, tuple)) or not isinstance(mode, (list, tuple)) or len(metric) != len(mode) \
+            or not metric:
+        raise ValueError(f"OptunaSearch: for several objectives give metric and mode as lists of the same length, "
+                         f"got metric={metric!r}, mode={mode!r}")
+    for m, d in zip(metric, mode):
+        if not isinstance(m, str) or d not in ("min", "max"):
+            raise ValueError(f"OptunaSearch: each objective is a metric name with mode 'min' or 'max', got "
+                             f"{m!r} with {d!r}")
+    return list(zip(metric, mode))
 
 
 def unwrap_limiter(search_alg, max_concurrent_trials: int | None) -> tuple:

@@ -24,6 +24,7 @@ class Repeater(Searcher):
         self.searcher, self.repeat, self.set_index = searcher, repeat, set_index
         self.metric, self.mode = searcher.metric, searcher.mode
         self.needs_metric, self.allows_grid = searcher.needs_metric, searcher.allows_grid
+        self.objectives = searcher.objectives
         self._group: tuple = (-1, None, None, None)   # (index, params, distributions, config) of the last suggestion
 
     @property
