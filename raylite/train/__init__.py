@@ -23,8 +23,8 @@ Workers are raylite actors; only the public raylite API is used here. ``raylite.
 """
 from raylite.train.callback import UserCallback
 from raylite.train.checkpoint import Checkpoint
-from raylite.train.config import (BackendConfig, CheckpointConfig, CheckpointStrategy, FailureConfig, RunConfig,
-                                  ScalingConfig, TorchConfig)
+from raylite.train.config import (BackendConfig, CheckpointConfig, CheckpointStrategy, DataConfig, FailureConfig,
+                                  RunConfig, ScalingConfig, TorchConfig)
 from raylite.train.result import Result
 from raylite.train.session import (TrainContext, get_checkpoint, get_context, get_dataset_shard, load_checkpoint,
                                    local_rank, report, save_checkpoint, world_rank, world_size)
@@ -55,14 +55,15 @@ def init_with_preload(**init_kwargs):
 
 
 def __getattr__(name):   # `train.torch` without importing torch up front
-    if name == "torch":
+    if name in ("torch", "prepare_optimizer"):   # the latter is Ray 1.x's train.prepare_optimizer too
         import importlib
-        return importlib.import_module("raylite.train.torch")
+        module = importlib.import_module("raylite.train.torch")
+        return module if name == "torch" else module.prepare_optimizer
     raise AttributeError(f"module 'raylite.train' has no attribute {name!r}")
 
 
-__all__ = ["BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointStrategy", "FailureConfig", "Result",
-           "RunConfig", "ScalingConfig", "TorchConfig", "TorchTrainer", "TrainContext", "Trainer", "TrainingFailedError",
+__all__ = ["BackendConfig", "Checkpoint", "CheckpointConfig", "CheckpointStrategy", "DataConfig", "FailureConfig",
+           "Result", "RunConfig", "ScalingConfig", "TorchConfig", "TorchTrainer", "TrainContext", "Trainer", "TrainingFailedError",
            "UserCallback", "WorkerGroupError", "get_checkpoint", "get_context", "get_dataset_shard",
            "init_with_preload", "load_checkpoint", "local_rank", "report", "save_checkpoint", "world_rank",
            "world_size"]

@@ -260,6 +260,38 @@ class RunConfig:
 
 
 @dataclass
+class DataConfig:
+    """Ray's `train.DataConfig`, accepted as a trainer's `dataset_config`. Every field is about
+    Ray Data datasets (`datasets=`), which raylite does not have: they are checked and have no
+    effect; data reaches workers through `train_loop_config` or is loaded in the loop.
+
+    Args:
+        datasets_to_split: "all" or a list of dataset names to shard across workers.
+        execution_options: Ray Data's execution options (not used).
+        enable_shard_locality: Ray Data's locality hint (not used).
+    """
+
+    datasets_to_split: str | list = "all"
+    execution_options: object = None
+    enable_shard_locality: bool = True
+
+    def __post_init__(self):
+        ok = self.datasets_to_split == "all" or (isinstance(self.datasets_to_split, (list, tuple))
+                                                 and all(isinstance(n, str) for n in self.datasets_to_split))
+        if not ok:
+            raise TypeError(f"DataConfig(datasets_to_split={self.datasets_to_split!r}) must be 'all' or a list of "
+                            f"dataset names")
+        if not isinstance(self.enable_shard_locality, bool):
+            raise TypeError(f"DataConfig(enable_shard_locality={self.enable_shard_locality!r}) must be a bool")
+
+
+def check_dataset_config(value) -> None:
+    """A trainer's `dataset_config`: a DataConfig (Ray 2), a dict of per-dataset configs (Ray 1.x), or None."""
+    if value is not None and not isinstance(value, (DataConfig, dict)):
+        raise TypeError(f"dataset_config must be a train.DataConfig, got {type(value).__name__}")
+
+
+@dataclass
 class BackendConfig:
     """Ray's framework-agnostic backend: the workers start with no process group (a
     ``DataParallelTrainer``'s default; ``TorchConfig`` adds torch.distributed)."""

@@ -19,7 +19,7 @@ from raylite.train.config import TorchConfig
 from raylite.train.trainer import TorchTrainer
 
 __all__ = ["TorchConfig", "TorchTrainer", "enable_reproducibility", "get_device", "get_devices",
-           "prepare_data_loader", "prepare_model"]
+           "prepare_data_loader", "prepare_model", "prepare_optimizer"]
 
 
 def get_device() -> torch.device:
@@ -101,6 +101,15 @@ def prepare_data_loader(data_loader: DataLoader, add_dist_sampler: bool = True,
         device = get_device()
         return _DeviceDataLoader(data_loader, device, auto_transfer and device.type == "cuda")
     return data_loader
+
+
+def prepare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Ray 1.x's `train.torch.prepare_optimizer`: Ray wraps the optimizer only for automatic mixed
+    precision (`train.torch.accelerate(amp=True)`), which raylite leaves to `torch.autocast` and
+    `torch.amp.GradScaler` in the loop; so this checks it is an optimizer and returns it."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"prepare_optimizer expects a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    return optimizer
 
 
 def _default_batch_sampler(loader: DataLoader) -> bool:

@@ -15,7 +15,8 @@ from raylite.train import session
 from raylite.train._validate import check_loop_config, check_trainer_arguments
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import (BackendConfig, CheckpointConfig, FailureConfig, RunConfig,
-                                  ScalingConfig, TorchConfig, backend_config_from, default_storage_path)
+                                  ScalingConfig, TorchConfig, backend_config_from, check_dataset_config,
+                                  default_storage_path)
 from raylite.train._placement import check_fits, resolve_use_gpu
 from raylite.train.progress import RunProgress
 from raylite.train.result import Result, RunRecorder
@@ -375,7 +376,8 @@ class DataParallelTrainer:
         run_config: name, storage, checkpoints, failures and callbacks (a ``RunConfig``).
         resume_from_checkpoint: what ``train.get_checkpoint()`` returns at first (Ray V2 deprecates it).
         datasets: Ray Data is not supported: a ``NotImplementedError`` saying how to feed data.
-        dataset_config: accepted for Ray's sake (as is ``metadata``).
+        dataset_config: a ``train.DataConfig`` (its fields are about Ray Data: checked, no effect), as
+            ``metadata`` is accepted for Ray's sake.
     """
 
     def __init__(self, train_loop_per_worker, *, train_loop_config: dict | None = None,
@@ -385,6 +387,7 @@ class DataParallelTrainer:
         if not callable(train_loop_per_worker):
             raise TypeError("train_loop_per_worker must be callable")
         check_trainer_arguments(train_loop_config, backend_config, scaling_config, run_config, resume_from_checkpoint)
+        check_dataset_config(dataset_config)
         if datasets:
             raise NotImplementedError("datasets= (Ray Data) is not supported by raylite.train; load or pass the "
                                       "data inside train_loop_per_worker (e.g. through train_loop_config)")
@@ -469,7 +472,8 @@ class TorchTrainer(DataParallelTrainer):
         run_config: name, storage, checkpoints, failures and callbacks (a ``RunConfig``).
         resume_from_checkpoint: what ``train.get_checkpoint()`` returns at first (Ray V2 deprecates it).
         datasets: Ray Data is not supported: a ``NotImplementedError`` saying how to feed data.
-        dataset_config: accepted for Ray's sake (as is ``metadata``).
+        dataset_config: a ``train.DataConfig`` (its fields are about Ray Data: checked, no effect), as
+            ``metadata`` is accepted for Ray's sake.
     """
 
     def __init__(self, train_loop_per_worker, train_loop_config: dict | None = None, *,
@@ -480,7 +484,8 @@ class TorchTrainer(DataParallelTrainer):
             raise ValueError(f"torch_config must be a raylite.train.torch.TorchConfig, got {torch_config!r}")
         super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
                          backend_config=torch_config or TorchConfig(), scaling_config=scaling_config,
-                         run_config=run_config, resume_from_checkpoint=resume_from_checkpoint, datasets=datasets)
+                         run_config=run_config, resume_from_checkpoint=resume_from_checkpoint, datasets=datasets,
+                         dataset_config=dataset_config)
 
     @property
     def torch_config(self) -> TorchConfig:
