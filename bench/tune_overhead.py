@@ -12,6 +12,10 @@
 2. Results per second for one trial calling tune.report as fast as it can: the rate seen inside
    the trial, and the rate at which the driver recorded them (result.json, progress.csv, stop
    criteria, scheduler) over the whole tune.run call.
+3. Figure 1 with a class trainable (tune.Trainable whose step sleeps 0.1 s and says done).
+4. PBT: 10 trials x 10 iterations of 0.1 s (a class trainable with reset_config, reuse_actors),
+   cpu=1 on 2 CPUs, perturbation every 2 iterations: the same 100 x 0.1 s of work, so the same
+   ideal 5.0 s; what it adds is the exploits (a trial stopped, a checkpoint copied, restarted).
 
 Figures go to stdout as a table and, with --json PATH, to a JSON file.
 """
@@ -43,6 +47,35 @@ def fast_reporter(config):
         tune.report({"i": i})
     # the rate inside the trial, as one more (uncounted) field on a last result
     tune.report({"i": n, "trial_rate": n / (time.perf_counter() - t0)})
+
+
+class SleeperClass(tune.Trainable):
+    def setup(self, config):
+        self.x = config["x"]
+
+    def step(self):
+        time.sleep(0.1)
+        return {"score": self.x, "done": True}
+
+
+class PBTSleeper(tune.Trainable):
+    def setup(self, config):
+        self.lr, self.score = config["lr"], 0.0
+
+    def step(self):
+        time.sleep(0.1)
+        self.score += 1 - (self.lr - 0.5) ** 2
+        return {"score": self.score}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"score": self.score}
+
+    def load_checkpoint(self, checkpoint):
+        self.score = checkpoint["score"]
+
+    def reset_config(self, new_config):
+        self.lr = new_config["lr"]
+        return True
 
 
 def bare_sleep(_):
@@ -91,6 +124,37 @@ def bench_sleepers(n: int, storage: str) -> dict:
             "last_trial_done_s": last.t - t0, "overhead_per_trial_ms": (wall - n * 0.05) / n * 1e3}
 
 
+def bench_class(n: int, storage: str) -> dict:
+    ray.init(num_cpus=2)
+    try:
+        t0 = time.perf_counter()
+        a = tune.run(SleeperClass, config={"x": tune.uniform(0, 1)}, num_samples=n, resources_per_trial={"cpu": 1},
+                     metric="score", mode="max", storage_path=storage, name="class", verbose=0)
+        wall = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+    assert len(a.trials) == n and all(t.status == "TERMINATED" for t in a.trials)
+    return {"trials": n, "wall_s": wall, "ideal_s": n * 0.1 / 2}
+
+
+def bench_pbt(trials: int, iterations: int, storage: str) -> dict:
+    from raylite.tune.schedulers import PopulationBasedTraining
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
+                                  hyperparam_mutations={"lr": tune.uniform(0, 1)})
+    ray.init(num_cpus=2)
+    try:
+        t0 = time.perf_counter()
+        a = tune.run(PBTSleeper, config={"lr": tune.uniform(0, 1)}, num_samples=trials, scheduler=pbt,
+                     resources_per_trial={"cpu": 1}, stop={"training_iteration": iterations}, reuse_actors=True,
+                     metric="score", mode="max", storage_path=storage, name="pbt", verbose=0)
+        wall = time.perf_counter() - t0
+    finally:
+        ray.shutdown()
+    assert all(t.status == "TERMINATED" for t in a.trials)
+    return {"trials": trials, "iterations": iterations, "wall_s": wall, "ideal_s": trials * iterations * 0.1 / 2,
+            "perturbations": pbt.num_perturbations}
+
+
 def bench_reports(n: int, storage: str) -> dict:
     ray.init(num_cpus=2)
     try:
@@ -116,6 +180,8 @@ def main(argv=None) -> int:
     try:
         s = bench_sleepers(args.trials, storage)
         r = bench_reports(args.reports, storage)
+        c = bench_class(args.trials, storage)
+        b = bench_pbt(10, 10, storage)
     finally:
         shutil.rmtree(storage, ignore_errors=True)
     target = 5.5 * args.trials / 100
@@ -131,9 +197,13 @@ def main(argv=None) -> int:
     print(f"{'2. one trial reporting flat out: reports/s inside the trial':<62} {r['trial_rate_per_s']:>8.0f} /s")
     print(f"{f'   results recorded by the driver / tune.run wall ({args.reports} reports)':<62} "
           f"{r['driver_rate_per_s']:>8.0f} /s")
+    label = f"3. the same {c['trials']} trials as a class trainable: tune.run wall"
+    print(f"{label:<62} {c['wall_s']:>8.2f} s  (ideal {c['ideal_s']:.1f} s)")
+    label = f"4. PBT, {b['trials']} trials x {b['iterations']} x 0.1 s, perturb every 2: wall"
+    print(f"{label:<62} {b['wall_s']:>8.2f} s  (ideal {b['ideal_s']:.1f} s; {b['perturbations']} perturbations)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"sleepers": s, "reports": r}, f, indent=1)
+            json.dump({"sleepers": s, "reports": r, "class": c, "pbt": b}, f, indent=1)
     return 0
 
 

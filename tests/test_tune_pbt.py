@@ -100,10 +100,19 @@ def test_pbt_beats_every_fixed_config(ray2, tmp_path):
     assert all(t.last_result["training_iteration"] == STEPS for t in a.trials)
 
 
+class Restores(tune.Callback):
+    def __init__(self):
+        self.restored = []
+
+    def on_trial_restore(self, iteration, trials, trial, **info):
+        self.restored.append(trial.trial_id)
+
+
 def test_async_pbt_exploits_and_records_the_history(ray2, tmp_path):
-    scheduler = pbt()
-    a = run_toy(toy_function, tmp_path, "pbt", scheduler=scheduler)
+    scheduler, seen = pbt(), Restores()
+    a = run_toy(toy_function, tmp_path, "pbt", scheduler=scheduler, callbacks=[seen])
     assert scheduler.num_perturbations >= 1
+    assert len(seen.restored) == sum(t.attempt for t in a.trials) - len(a.trials) >= 1   # once per restart
     assert all(t.status == "TERMINATED" and t.last_result["training_iteration"] >= STEPS for t in a.trials)
     changed = [t for t in a.trials if len({r["config"]["lr"] for r in results(t)}) > 1]
     assert changed                                             # each result says which config it came from

@@ -25,9 +25,8 @@ class Callback:
     on_trial_complete / on_trial_error run once the trial's final state is on disk. `setup` comes
     before the first trial, `on_step_begin`/`on_step_end` around each pass of the experiment loop,
     `on_checkpoint` after a result that carried one, `on_trial_recover` when a failed trial is
-    retried. `on_trial_save`/`on_trial_restore` are Ray's hooks for pausing and exploiting class
-    trainables (PBT), which raylite does not run: they are never called, as for Ray's function
-    trainables."""
+    retried, `on_trial_restore` when a scheduler (PBT, HyperBand) starts a trial again from a
+    checkpoint. `on_trial_save` is never called: checkpoints come with results (`on_checkpoint`)."""
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info): ...
     def on_step_begin(self, iteration, trials, **info): ...

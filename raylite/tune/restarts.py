@@ -55,6 +55,8 @@ def requeue(r, trial: Trial) -> None:
     trial.status = PENDING
     r.pending.appendleft(trial)
     r.storage.save_trial(trial)
+    if trial.resume_from:
+        r._fire("on_trial_restore", iteration=r.iteration, trials=r.trials, trial=trial)
 
 
 def end_paused(r, trial: Trial, pruned: bool = False) -> None:
