@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 
 from raylite.core import events, runtime_env
-from raylite.core.api import NODE_IP
 from raylite.core.resources import from_fixed
+from raylite.core.startup import NODE_IP
 
 _TASK_TYPES = {"task": "NORMAL_TASK", "actor_create": "ACTOR_CREATION_TASK", "actor_call": "ACTOR_TASK"}
 _ACTOR_STATES = {"PENDING": "PENDING_CREATION", "ALIVE": "ALIVE", "RESTARTING": "RESTARTING", "DEAD": "DEAD"}
