@@ -62,7 +62,6 @@ CYCLE_EDGES = {
     ("raylite.core.control", "raylite.core.api"),
     ("raylite.core.objects", "raylite.core.api"),
     ("raylite.core.objects", "raylite.core.ray_backend"),
-    ("raylite.core.placement_groups", "raylite.core.api"),
     ("raylite.core.remote", "raylite.core.api"),
     ("raylite.core.remote", "raylite.core.placement_groups"),
     ("raylite.core.startup", "raylite.core.api"),

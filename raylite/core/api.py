@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import atexit
-import math
-import numbers
 import os
 import threading
 
 from raylite import exceptions
 from raylite.core import context, ray_backend, segments, serialization
-from raylite.core.objects import ObjectRef, next_id, process
+from raylite.core.objects import ObjectRef, check_timeout, next_id, process
 from raylite.core.remote import ActorClass, ActorHandle, RemoteFunction
 from raylite.core.resources import ACCELERATOR_TYPE_PREFIX, SCALE
 from raylite.core.startup import (NODE_IP, RayContext, accelerator_part, anonymous_namespace, node_totals,
@@ -219,17 +217,6 @@ def _value(ser):
     return value
 
 
-def _timeout(timeout):
-    """get's and wait's timeout, checked before anything waits: None or infinity wait for ever."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-        raise TypeError(f"timeout must be a number of seconds or None, got timeout={timeout!r}")
-    if math.isnan(timeout) or timeout < 0:
-        raise ValueError(f"timeout must be a non-negative number of seconds or None, got timeout={timeout!r}")
-    return None if math.isinf(timeout) else float(timeout)
-
-
 def get(object_refs, *, timeout: float | None = None):
     """Values of one ObjectRef or a list of them, raising the task's error if it failed.
 
@@ -237,7 +224,7 @@ def get(object_refs, *, timeout: float | None = None):
         object_refs: an ObjectRef, or a list of them (then a list of values, in that order).
         timeout: seconds to wait at most (None: for ever); then ``GetTimeoutError``.
     """
-    timeout = _timeout(timeout)
+    timeout = check_timeout(timeout)
     single = isinstance(object_refs, ObjectRef)
     if not single:
         compiled = _compiled_results(object_refs, timeout)   # (not on the ObjectRef paths: one type check)
@@ -286,7 +273,7 @@ def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fet
         raise TypeError(f"wait() expects a list of ObjectRefs, got {type(object_refs).__name__}: {object_refs!r}")
     refs = list(object_refs)
     _check_refs([r for r in refs if not isinstance(r, ObjectRefGenerator)], "wait()")
-    timeout = _timeout(timeout)
+    timeout = check_timeout(timeout)
     if not refs:   # before the num_returns check, as in Ray
         return [], []
     if len(set(refs)) != len(refs):

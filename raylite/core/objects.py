@@ -10,6 +10,8 @@ and every copy unpickled from it is a new counted ref. A ref pickled any other w
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 import threading
 
 
@@ -24,6 +26,17 @@ class _Process:
 
 
 process = _Process()
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """get's and wait's timeout, checked before anything waits: None or infinity wait for ever."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds or None, got timeout={timeout!r}")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be a non-negative number of seconds or None, got timeout={timeout!r}")
+    return None if math.isinf(timeout) else float(timeout)
 
 
 # .refs: ids of the refs and actor handles pickled by this thread's current serialize call

@@ -9,7 +9,7 @@ more than one bundle cannot be placed and is an error. On the Ray backend these 
 from __future__ import annotations
 
 from raylite.core import context
-from raylite.core.objects import ObjectRef, next_id, process
+from raylite.core.objects import ObjectRef, check_timeout, next_id, process
 from raylite.core.resources import from_fixed, to_fixed
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -44,9 +44,8 @@ class PlacementGroup:
 
     def wait(self, timeout_seconds: float = 30) -> bool:
         """Whether the group is placed within ``timeout_seconds``."""
-        from raylite.core import api
-        ready, _ = api.wait([self.ready()], timeout=timeout_seconds)
-        return bool(ready)
+        ref = self.ready()
+        return ref.id in _client().wait([ref.id], 1, check_timeout(timeout_seconds))
 
     def __reduce__(self):
         return (PlacementGroup, (self._pg_id, self.bundle_specs, self._ready_id))
