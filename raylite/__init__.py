@@ -22,10 +22,9 @@ _HOMES = {
     "timeline": "raylite.core.state_api",
     "LoggingConfig": "raylite.core.logging_config",
     # Ray's ID types (ObjectID is ObjectRef's other name, as in Ray)
-    **dict.fromkeys(("ActorClassID", "ActorID", "FunctionID", "JobID", "NodeID", "TaskID", "UniqueID", "WorkerID"),
-                    "raylite.core.ids"),
+    **dict.fromkeys(("ActorClassID", "ActorID", "FunctionID", "JobID", "NodeID", "PlacementGroupID", "TaskID",
+                     "UniqueID", "WorkerID"), "raylite.core.ids"),
     "ObjectID": "raylite.core.objects:ObjectRef",
-    "PlacementGroupID": "raylite.core.placement_groups",
     **dict.fromkeys(("Language", "cpp_function", "java_actor_class", "java_function"), "raylite.cross_language"),
     "client": "raylite.client_builder", "ClientBuilder": "raylite.client_builder",
 }
@@ -42,11 +41,11 @@ if TYPE_CHECKING:   # what static analysers see (init with its full signature)
                                   init, is_initialized, kill, nodes, put, remote, shutdown, wait)
     from raylite.client_builder import ClientBuilder, client
     from raylite.core.context import get_runtime_context
-    from raylite.core.ids import ActorClassID, ActorID, FunctionID, JobID, NodeID, TaskID, UniqueID, WorkerID
+    from raylite.core.ids import (ActorClassID, ActorID, FunctionID, JobID, NodeID, PlacementGroupID, TaskID,
+                                  UniqueID, WorkerID)
     from raylite.core.logging_config import LoggingConfig
     from raylite.core.objects import ObjectRef
     from raylite.core.objects import ObjectRef as ObjectID
-    from raylite.core.placement_groups import PlacementGroupID
     from raylite.cross_language import Language, cpp_function, java_actor_class, java_function
     from raylite.core.remote import ActorClass, ActorHandle, method
     from raylite.core.state_api import timeline

@@ -12,6 +12,7 @@ from contextvars import ContextVar
 
 from raylite import exceptions
 from raylite.core import ray_backend
+from raylite.core.ids import PlacementGroupID
 from raylite.core.objects import BackendType, process
 from raylite.core.resources import ACCELERATOR_RESOURCES
 
@@ -19,7 +20,6 @@ TYPE_CHECKING = False   # typing's flag (type checkers read it as True) without 
 if TYPE_CHECKING:
     from typing import NoReturn
 
-    from raylite.core.placement_groups import PlacementGroupID
     from raylite.runtime_env import RuntimeEnv
 
 
@@ -233,7 +233,6 @@ class RuntimeContext(metaclass=BackendType):
         placement = current_placement()
         if placement is None:
             return None
-        from raylite.core.placement_groups import PlacementGroupID
         return PlacementGroupID(placement[0])
 
     @property

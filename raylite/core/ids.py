@@ -102,3 +102,16 @@ class FunctionID(UniqueID):
 
 class ActorClassID(UniqueID):
     pass
+
+
+class PlacementGroupID:
+    """A placement group's id (``PlacementGroup.id``): the node's number for it, as 28 hex digits."""
+
+    def __init__(self, pg_id: int):
+        self._id = pg_id
+
+    def hex(self) -> str:
+        return f"{self._id:028x}"
+
+    def __repr__(self) -> str:
+        return f"PlacementGroupID({self.hex()})"

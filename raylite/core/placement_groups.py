@@ -9,21 +9,11 @@ more than one bundle cannot be placed and is an error. On the Ray backend these 
 from __future__ import annotations
 
 from raylite.core import context
+from raylite.core.ids import PlacementGroupID
 from raylite.core.objects import ObjectRef, check_timeout, next_id, process
 from raylite.core.resources import from_fixed, to_fixed
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-
-
-class PlacementGroupID:
-    def __init__(self, pg_id: int):
-        self._id = pg_id
-
-    def hex(self) -> str:
-        return f"{self._id:028x}"
-
-    def __repr__(self) -> str:
-        return f"PlacementGroupID({self.hex()})"
 
 
 class PlacementGroup:
