@@ -8,14 +8,13 @@ from raylite import exceptions
 from raylite.core import context, objects, ray_backend, runtime_env, serialization, signatures, streams
 from raylite.core.objects import BackendType, ObjectRef, next_id, process
 from raylite.core.protocol import TaskSpec
-from raylite.core.options import ACTOR_OPTIONS, TASK_OPTIONS, check as _check_options
-from raylite.core.options import METHOD_OPTIONS as _METHOD_OPTIONS, retry_on as _retry_on
+from raylite.core.options import ACTOR_OPTIONS, METHOD_OPTIONS, TASK_OPTIONS, check
+from raylite.core.options import retry_on as _retry_on
 from raylite.core.resources import ACCELERATOR_RESOURCES, SCALE, normalize_request
 
 _RESOURCE_KEYS = {"num_cpus", "num_gpus", "resources", "memory", "accelerator_type"}
 _PLACEMENT_KEYS = {"scheduling_strategy", "placement_group", "placement_group_bundle_index",
                    "placement_group_capture_child_tasks"}   # see _placement and _unschedulable
-_validate = _check_options   # (raylite.core.options: the option table, checked as Ray checks it)
 
 
 def _placement(options: dict, request: dict, name: str):
@@ -192,7 +191,7 @@ class RemoteFunction:
     def __init__(self, function, options: dict):
         self._function = function
         self._name = getattr(function, "__name__", "task")
-        self._options = _validate(dict(options), TASK_OPTIONS, "remote functions")
+        self._options = check(dict(options), TASK_OPTIONS, "remote functions")
         self._request = _request(self._options, 1.0)
         self._fresh = int(_uses_accelerators(self._request))   # max_calls when not given
         self._fn_id = os.urandom(8).hex()
@@ -211,7 +210,7 @@ class RemoteFunction:
 
     def options(self, **options) -> _Options:
         """The same function with these of ``remote``'s options changed, for the next ``.remote()``."""
-        merged = _validate({**self._options, **options}, TASK_OPTIONS, "remote functions")
+        merged = check({**self._options, **options}, TASK_OPTIONS, "remote functions")
         if options.keys() & _RESOURCE_KEYS:
             _request(merged, 1.0)   # validate now, not at .remote()
         return _Options(self, merged)
@@ -258,7 +257,7 @@ def method(*, num_returns: int | str | None = None, concurrency_group: str | Non
         concurrency_group: the group of the actor's `concurrency_groups` it runs in.
         **options: `name`, `max_task_retries` and `retry_exceptions` (the call runs again on those exceptions).
     """
-    _validate({**options, "num_returns": num_returns, "concurrency_group": concurrency_group}, _METHOD_OPTIONS,
+    check({**options, "num_returns": num_returns, "concurrency_group": concurrency_group}, METHOD_OPTIONS,
               "@ray.method")
 
     def decorate(fn):
@@ -320,7 +319,7 @@ class ActorClass:
     def __init__(self, cls, options: dict):
         self._cls = cls
         self._name = cls.__name__
-        self._options = _validate(dict(options), ACTOR_OPTIONS, "actors")
+        self._options = check(dict(options), ACTOR_OPTIONS, "actors")
         _request(self._options, 0.0)
         self._fn_id = os.urandom(8).hex()
         self._bytes: bytes | None = None
@@ -362,7 +361,7 @@ class ActorClass:
 
     def options(self, **options) -> _Options:
         """The same class with these of ``remote``'s options changed (``name``, ``lifetime``, ...)."""
-        merged = _validate({**self._options, **options}, ACTOR_OPTIONS, "actors")
+        merged = check({**self._options, **options}, ACTOR_OPTIONS, "actors")
         _request(merged, 0.0)
         return _Options(self, merged)
 
@@ -483,7 +482,7 @@ class ActorMethod(metaclass=BackendType):
                         f"'{self._name}()', try '{self._name}.remote()'.")
 
     def options(self, **options) -> _Options:
-        _validate(options, _METHOD_OPTIONS, "actor methods")
+        check(options, METHOD_OPTIONS, "actor methods")
         return _Options(self, options)
 
     def remote(self, *args, **kwargs):

@@ -26,7 +26,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from raylite.core.remote import _METHOD_OPTIONS, ActorClass, ActorMethod, RemoteFunction, _Options, _validate
+from raylite.core.options import METHOD_OPTIONS, check
+from raylite.core.remote import ActorClass, ActorMethod, RemoteFunction, _Options
 
 __all__ = ["ClassMethodNode", "ClassNode", "DAGInputData", "DAGNode", "FunctionNode", "InputAttributeNode",
            "InputNode", "MultiOutputNode"]
@@ -213,7 +214,7 @@ class _UnboundMethod:
         self._actor, self._method, self._options = actor, method, options
 
     def options(self, **options) -> _UnboundMethod:
-        return _UnboundMethod(self._actor, self._method, _validate(options, _METHOD_OPTIONS, "actor methods"))
+        return _UnboundMethod(self._actor, self._method, check(options, METHOD_OPTIONS, "actor methods"))
 
     def bind(self, *args, **kwargs) -> ClassMethodNode:
         actor = self._actor
