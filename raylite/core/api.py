@@ -117,7 +117,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 zygote = Zygote()   # first: its start overlaps everything below
             from raylite.core import accelerators, machine
             machine.raise_open_files_limit()
-            totals = node_totals(num_cpus, num_gpus, resources, object_store_memory)
+            totals = node_totals(num_cpus, resources, object_store_memory)
             segments.SHM_DIR = segments.choose_dir(totals["object_store_memory"] // SCALE)
             device_totals, device_ids, _ = accelerators.node_devices(num_gpus, accelerator_part(resources))
             totals.update(device_totals)

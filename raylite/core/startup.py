@@ -74,7 +74,8 @@ def accelerator_part(resources: dict | None) -> dict | None:
     return {k: v for k, v in resources.items() if k in ACCELERATOR_RESOURCES} or None
 
 
-def node_totals(num_cpus, num_gpus, resources, object_store_memory) -> dict[str, int]:
+def node_totals(num_cpus, resources, object_store_memory) -> dict[str, int]:
+    """init's CPU, memory, object store and custom totals; accelerators.node_devices adds the devices."""
     if resources is not None and not isinstance(resources, dict):
         raise TypeError(f"init(): resources must be a dict of resource names to amounts, got "
                         f"resources={resources!r} ({type(resources).__name__})")
