@@ -153,12 +153,16 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             dashboard.close()
 
 
+def dashboard_url() -> str | None:
+    """The dashboard's URL (``http://127.0.0.1:<port>/?token=...``) in the driver that serves one, else None."""
+    return _endpoint.info["dashboard_url"] if _endpoint is not None else None
+
+
 def _context():
     if process.ray is not None:
         return process.ray.context()
-    url = _endpoint.info["dashboard_url"] if _endpoint is not None else None
     return RayContext(node_ip_address=NODE_IP, session_dir=segments.SHM_DIR, address="local",
-                      dashboard_url=url, node_id=context.get_runtime_context().get_node_id())
+                      dashboard_url=dashboard_url(), node_id=context.get_runtime_context().get_node_id())
 
 
 def is_initialized() -> bool:

@@ -280,7 +280,7 @@ class RuntimeContext(metaclass=BackendType):
         included) in the driver that started one; "" otherwise, as Ray gives with its dashboard off."""
         _check_connected()
         from raylite.core import api
-        url = api._endpoint.info["dashboard_url"] if api._endpoint is not None else None
+        url = api.dashboard_url()
         return url[len("http://"):] if url else ""
 
     @property
