@@ -5,8 +5,6 @@ public API is written once for both.
 """
 from __future__ import annotations
 
-import _thread
-
 from raylite import exceptions
 from raylite.core.node import Node
 from raylite.core.resources import NodeResources
@@ -41,18 +39,15 @@ class DriverClient:
         self.node.call(self.node.table.put, object_id, ser)
 
     def _block(self, ids, timeout, want=None) -> Waiter:
-        done, box = _thread.allocate_lock(), []   # a bare lock: Event's Condition costs ~10 us a get
-        done.acquire()
+        waiter = None
 
-        def fire(timed_out, waiter):
-            box.append(timed_out)
-            done.release()
+        def send(gate):
+            nonlocal waiter
+            waiter = Waiter(lambda timed_out, _waiter: gate.open(timed_out), want, fail_fast=want is None)
+            self.node.call(self.node.table.add_waiter, waiter, ids, timeout)
+            self.node.read_producer(waiter, ids)
 
-        waiter = Waiter(fire, want, fail_fast=want is None)
-        self.node.call(self.node.table.add_waiter, waiter, ids, timeout)
-        self.node.read_producer(waiter, ids)
-        done.acquire()
-        if box[0] and want is None:
+        if self.node.failure.ask(send) and want is None:
             raise exceptions.GetTimeoutError(f"get timed out after {timeout} s")
         return waiter
 
@@ -87,25 +82,19 @@ class DriverClient:
         return ready
 
     def stream_next(self, completion_id: int, index: int) -> tuple:
-        done, box = _thread.allocate_lock(), []
-        done.acquire()
-
-        def reply(found):
-            box.append(found)
-            done.release()
-
-        self.node.call(self.node.stream_next, completion_id, index, reply)
-        done.acquire()
-        return box[0]
+        return self.node.failure.ask(lambda gate: self.node.call(self.node.stream_next, completion_id, index, gate.open))
 
     def pin(self, object_id: int) -> None:
-        self.node.call(self.node.table.pin, object_id)
+        if self.node.failure.cause is None:   # a broken node keeps no counts (its refs die quietly)
+            self.node.call(self.node.table.pin, object_id)
 
     def release(self, object_id: int) -> None:
-        self.node.call(self.node.table.release, object_id)
+        if self.node.failure.cause is None:   # a broken node keeps no counts (its refs die quietly)
+            self.node.call(self.node.table.release, object_id)
 
     def addref(self, object_id: int) -> None:
-        self.node.call(self.node.table.addref, object_id)
+        if self.node.failure.cause is None:   # a broken node keeps no counts (its refs die quietly)
+            self.node.call(self.node.table.addref, object_id)
 
     def kill(self, actor_id: int, no_restart: bool) -> None:
         self.node.call(self.node.kill, actor_id, no_restart)

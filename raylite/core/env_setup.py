@@ -14,7 +14,7 @@ from raylite.core.serialization import error_value
 
 
 class EnvSetup:
-    """Needs: session, job_env, actors, cancelled, producers, cluster_events, runtime_envs, call,
+    """Needs: session, job_env, actors, cancelled, producers, cluster_events, runtime_envs, failure, call,
     _finish, _actor_gone."""
 
     def _init_env_setup(self) -> None:
@@ -45,7 +45,8 @@ class EnvSetup:
             why = job.run()
         except Exception as e:   # noqa: BLE001 - reported to every waiting task
             why = f"{type(e).__name__}: {e}"
-        self.call(self._installed, key, why)
+        if self.failure.cause is None:   # else the node is broken and refuses work: nobody waits
+            self.call(self._installed, key, why)
 
     def _installed(self, key: tuple, why: str | None) -> None:
         waiting = self.installs.get(key)

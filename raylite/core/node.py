@@ -23,6 +23,7 @@ from raylite.core.events import ClusterEvents, TaskEvents
 from raylite.core.groups import Groups
 from raylite.core.actors import ActorLifecycle
 from raylite.core.env_setup import EnvSetup
+from raylite.core.failures import NodeFailure, command_failed
 from raylite.core.object_table import ObjectTable
 from raylite.core.objects import minted_by
 from raylite.core.output import WorkerOutput
@@ -64,12 +65,6 @@ def _cannot_start(e: OSError) -> str:
         return (f"{e.strerror}: this process may open {soft} files and each worker takes 3; "
                 f"raise the limit with `ulimit -n` before starting Python")
     return str(e)
-
-
-def _internal_error() -> None:
-    """A bug in the node manager must not silently stop the runtime: report it and go on."""
-    import traceback
-    sys.stderr.write("raylite: internal error in the node manager:\n" + traceback.format_exc())
 
 
 def _earliest(*timeouts: float | None) -> float | None:
@@ -122,7 +117,9 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._woken = False
+        self.failure = NodeFailure(self._wake)
         self.sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
+        self.handlers = self._message_handlers()   # worker -> node messages, by kind
         self.functions: dict[str, bytes] = {}
         self.workers: dict[int, WorkerProc] = {}
         self.idle: dict[tuple, list[WorkerProc]] = {}
@@ -169,8 +166,10 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
     # ------------------------------------------------------------------ loop plumbing
     def call(self, fn, *args) -> None:
         """Run fn(*args) under the node lock, from any thread: at once in the calling thread when
-        the node thread is not busy, else queued for it. Running at once spares the node thread
-        a wake-up per submit and get, which costs 0.1-0.4 ms on a VM whose idle vCPUs halt."""
+        the node thread is not busy (fn's error is raised here), else queued for it. Running at
+        once spares the node thread a wake-up per submit and get, which costs 0.1-0.4 ms on a VM
+        whose idle vCPUs halt. Refused once the runtime is broken (raylite.core.failures)."""
+        self.failure.check()
         if self.stopping or not self.lock.acquire(False):
             self.commands.append((fn, args))
             if self.stopping or not self._node_busy:   # else it looks at the commands before it sleeps
@@ -184,7 +183,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         first_due = self.pool.due
         self.inline_thread = threading.get_ident()
         try:
-            self._step(fn, args)
+            error = self._step(fn, args)
         finally:
             self.inline_thread = None
             self.lock.release()
@@ -193,6 +192,8 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         if self.held_interrupt is not None and threading.get_ident() == threading.main_thread().ident:
             handler, self.held_interrupt = self.held_interrupt, None
             handler(signal.SIGINT, None)
+        if error is not None:
+            raise error
 
     def _wake(self) -> None:
         if not self._woken:
@@ -227,20 +228,14 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             self._sigint = None
 
     def call_sync(self, fn, *args):
-        done, box = threading.Event(), []
-
-        def run():
+        """fn(*args) run under the node lock; its value, or its error raised here."""
+        def run(gate):
             try:
-                box.append((True, fn(*args)))
+                gate.open((True, fn(*args)))
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller
-                box.append((False, e))
-            done.set()
+                gate.open((False, e))
 
-        self.call(run)
-        while not done.wait(0.5):
-            if not self.thread.is_alive():
-                raise exceptions.RaySystemError("the raylite node manager is not running")
-        ok, value = box[0]
+        ok, value = self.failure.ask(lambda gate: self.call(run, gate), self.thread.is_alive)
         if not ok:
             raise value
         return value
@@ -252,38 +247,50 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             pass
 
     def _loop(self) -> None:
-        while True:
-            timeout = 0 if self.commands else _earliest(self.table.next_timeout(), self.pool.next_expiry())
-            try:
-                ready = self.sel.select(timeout)
-            except Exception:
-                _internal_error()
-                ready = []
-            with self.lock:
-                self._node_busy = True
-                try:
-                    for key, events in ready:
-                        key.data(events)
-                except Exception:
-                    _internal_error()
-                try:
-                    self._woken = False
-                    self._step()
-                    self.pool.expire()   # here only: this thread wakes when the oldest pooled segment is due
-                finally:
-                    self._node_busy = False
-            if self.stopping and not self.commands:
-                return
-
-    def _step(self, fn=None, args: tuple = ()) -> None:
-        """Under the lock: the commands queued so far (in order), then fn, then what became due,
-        runnable or sendable."""
+        """The node thread. Everything in it runs under one guard: an error here is a bug in the
+        node, which marks the runtime broken and ends this thread (raylite.core.failures)."""
         try:
-            while self.commands:
-                queued, queued_args = self.commands.popleft()
+            while self.failure.cause is None:
+                timeout = 0 if self.commands else _earliest(self.table.next_timeout(), self.pool.next_expiry())
+                ready = self.sel.select(timeout)
+                with self.lock:
+                    if self.failure.cause is not None:   # it broke in a caller's thread meanwhile
+                        return
+                    self._node_busy = True
+                    try:
+                        for key, events in ready:
+                            key.data(events)
+                        self._woken = False
+                        self._step()
+                        self.pool.expire()   # here only: this thread wakes when the oldest pooled segment is due
+                    finally:
+                        self._node_busy = False
+                if self.stopping and not self.commands:
+                    return
+        except Exception as e:  # noqa: BLE001 - the node's own bug: every waiter hears of it
+            with self.lock:
+                self.failure.fail(e)
+
+    def _step(self, fn=None, args: tuple = ()) -> BaseException | None:
+        """Under the lock: the commands queued so far (in order), then fn, then what became due,
+        runnable or sendable. Each command runs under its own guard, so one's error never skips
+        another's; fn's error is returned for its caller to raise. An error in the rest is the
+        node's own: the runtime is broken."""
+        while self.commands:
+            queued, queued_args = self.commands.popleft()
+            try:
                 queued(*queued_args)
-            if fn is not None:
+            except Exception:  # noqa: BLE001 - its caller did not wait for a reply
+                command_failed()
+        error = None
+        if fn is not None:
+            try:
                 fn(*args)
+            except Exception as e:  # noqa: BLE001 - raised in the caller (see _run_locked)
+                error = e
+        if self.failure.cause is not None:   # its state is unknown: leave it be until shutdown
+            return error
+        try:
             if self.table.timers:
                 self.table.fire_timers()
             if self.queues or self.groups.pending:   # else nothing could start
@@ -292,8 +299,17 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 self._flush()
             if self.readers:
                 self._wake_readers()
-        except Exception:
-            _internal_error()
+        except Exception as e:  # noqa: BLE001 - the node's own bug
+            self.failure.fail(e)
+        return error
+
+    def as_node(self, fn, *args) -> None:
+        """Under the lock, in a caller's thread: fn is the node's own work (serving a worker's
+        messages), so its error breaks the runtime rather than going back to that caller."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 - the node's own bug
+            self.failure.fail(e)
 
     def _flush(self) -> None:
         for chan in self.dirty_channels:
@@ -810,7 +826,25 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         if msgs is None:
             return self._worker_gone(w)
         for msg in msgs:
-            getattr(self, "_msg_" + msg[0])(w, *msg[1:])
+            handler = self.handlers.get(msg[0])
+            if handler is None:
+                raise exceptions.RaySystemError(f"worker {w.pid} sent a message of unknown kind {msg[0]!r}")
+            handler(w, *msg[1:])
+
+    def _message_handlers(self) -> dict:
+        """The worker -> node message kinds (a message's first item) and their handlers; the rest
+        of the message is the handler's arguments after the worker."""
+        return {
+            "hello": self._msg_hello, "done": self._msg_done, "item": self._msg_item,
+            "submit": self._msg_submit, "put": self._msg_put, "refs": self._msg_refs,
+            "released": self._msg_released, "metrics": self._msg_metrics,
+            "get": self._msg_get, "wait": self._msg_wait, "stream_next": self._msg_stream_next,
+            "kill": self._msg_kill, "cancel": self._msg_cancel, "exit_actor": self._msg_exit_actor,
+            "actor_repr": self._msg_actor_repr, "get_actor": self._msg_get_actor,
+            "create_named": self._msg_create_named, "named_actors": self._msg_named_actors,
+            "interrupt_missed": self._msg_interrupt_missed, "unprefetched": self._msg_unprefetched,
+            "group": self._msg_group, "state": self._msg_state, "resources": self._msg_resources,
+        }
 
     def _retire(self, w: WorkerProc) -> None:
         w.retiring = True
@@ -885,7 +919,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             w.alloc.pool.adjust("CPU", -w.blocked)
             w.blocked = 0
 
-    # -- messages from workers (dispatched by name: _msg_<kind>) --
+    # -- messages from workers (dispatched by kind: _message_handlers) --
     def _msg_hello(self, w: WorkerProc, pid: int) -> None:
         w.pid = pid
         self.starting.discard(w.index)
@@ -1109,13 +1143,16 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             for w in list(self.workers.values()):
                 if w.task is None and w.actor is None:
                     self._retire(w)
-        try:
-            self.call_sync(begin)
-        except Exception:
-            pass
+        broken = self.failure.cause is not None   # then the node thread has ended: nothing to ask it
+        if not broken:
+            try:
+                self.call_sync(begin)
+            except Exception:  # noqa: BLE001 - shutting down regardless
+                pass
         self._cancel_installs()
         self.zygote.close()            # kills every worker still running, removes segments
-        self.call(lambda: None)
+        if not broken and self.failure.cause is None:
+            self.call(lambda: None)
         self.thread.join(5)
         self._release_interrupts()
         deadline = time.monotonic() + 1.0

@@ -46,7 +46,7 @@ class Reader:
 
 class ProducerReading:
     """Node mixin. Needs: lock, sel, workers, actors, producers, table, stopping, fn_time,
-    _run_locked, _on_worker, dirty_channels."""
+    _run_locked, as_node, failure, _on_worker, dirty_channels."""
 
     def _init_readers(self) -> None:
         self.readers: dict[int, Reader] = {}        # worker index -> its socket's borrower
@@ -79,7 +79,8 @@ class ProducerReading:
             # the first wait polls, as long as the task's function usually takes to run (see
             # protocol.spin_for), unless user threads would compete for the GIL
             spin = spin_for(self._time_left(w)) if threading.active_count() <= 2 else 0.0
-            while not waiter.done and not self.stopping and not reader.moved and w.index in self.workers:
+            while (not waiter.done and not self.stopping and not reader.moved and w.index in self.workers
+                   and self.failure.cause is None):
                 if bool(w.chan.wbuf) != watching_out:
                     watching_out = not watching_out
                     poller.modify(sock, select.POLLIN | (select.POLLOUT if watching_out else 0))
@@ -90,7 +91,7 @@ class ProducerReading:
                     _drain(reader.wake_r)
                 if events:   # the worker's socket or pipes: readable, writable, or closed
                     self.lock.acquire()
-                    self._run_locked(self._serve_borrowed, (reader, events))
+                    self._run_locked(self.as_node, (self._serve_borrowed, reader, events))
                     for fd in [fd for fd in events if fd in reader.pipes and fd not in (w.out_fd, w.err_fd)]:
                         poller.unregister(fd)   # it reached its end and is closed
                         del reader.pipes[fd]
