@@ -299,3 +299,17 @@ def test_status_shows_use_per_device(sessions_dir, tmp_path):
         ray.get(ref)
     finally:
         ray.shutdown()
+
+
+def test_uses_local_runtime_follows_inits_rule(monkeypatch):
+    from raylite.control import uses_local_runtime
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert uses_local_runtime() and uses_local_runtime("local")
+    assert not uses_local_runtime("auto") and not uses_local_runtime("ray://10.0.0.1:10001")
+    monkeypatch.setenv("RAY_ADDRESS", "ray://10.0.0.1:10001")
+    assert not uses_local_runtime()   # RAY_ADDRESS names a cluster
+    assert uses_local_runtime("local") and uses_local_runtime(backend="local")
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert uses_local_runtime() and not uses_local_runtime(backend="ray")
+    with pytest.raises(ValueError, match="backend='local'.*address='auto'"):
+        uses_local_runtime("auto", backend="local")

@@ -191,8 +191,8 @@ class AsyncResult:
 def _start_runtime(processes: int | None, ray_address: str | None) -> None:
     """``init`` as Ray's Pool calls it: ``ray_address``, else RAY_ADDRESS, else a local runtime;
     a local one gets ``num_cpus=processes`` (a cluster's CPUs are its own)."""
-    address = ray_address if ray_address is not None else os.environ.get("RAY_ADDRESS") or None
-    local = address in (None, "local")
+    from raylite.control import uses_local_runtime
+    local = uses_local_runtime(ray_address)
     ray.init(address=ray_address, **({"num_cpus": processes} if local and processes else {}))
 
 
