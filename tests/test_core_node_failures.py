@@ -59,7 +59,7 @@ def test_a_command_that_raises_goes_back_to_its_caller_and_the_next_still_runs(r
 
 def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_up(ray_start, tmp_path, capfd,
                                                                                    wait_until, wait_pids_gone):
-    from raylite.core import api
+    from raylite.core import api, protocol
     node = api._node
     fifo = str(tmp_path / "gate")
     os.mkfifo(fifo)
@@ -72,7 +72,7 @@ def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_u
     def done_with_a_bug(*_args):
         raise RuntimeError("injected bug in the done handler")
 
-    node.handlers["done"] = done_with_a_bug   # the handler for a worker's "task done"
+    node.handlers[protocol.DONE] = done_with_a_bug   # the handler for a worker's "task done"
 
     ref = gated.remote(fifo)
     thread, box = _in_thread(lambda: ray.get(ref))

@@ -19,6 +19,7 @@ from collections import deque
 
 from raylite import exceptions
 from raylite.core import accelerators, metrics, runtime_env, segments, serialization, streams
+from raylite.core import protocol as P
 from raylite.core.events import ClusterEvents, TaskEvents
 from raylite.core.groups import Groups
 from raylite.core.actors import ActorLifecycle
@@ -134,7 +135,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         self.children: dict[int, list[TaskSpec]] = {}   # task id -> tasks it submitted (for cancel)
         self.actors: dict[int, Actor] = {}
         self.table = ObjectTable(self.actors, self._release_actor, self.workers,
-                                 lambda index, names: self._send(self.workers[index], ("forget", names)))
+                                 lambda index, names: self._send(self.workers[index], (P.FORGET, names)))
         self.named: dict[tuple[str, str], int] = {}   # (namespace, name) -> actor id
         self.task_events = TaskEvents()   # what tasks did, for the state API and timeline()
         self.cluster_events = ClusterEvents()   # what a user should hear of (list_cluster_events)
@@ -514,7 +515,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             payload = self.group(op, *args)
         except ValueError as e:
             payload = e
-        self._send(w, ("reply", req, payload))
+        self._send(w, (P.REPLY, req, payload))
 
     def _prefetch(self, queue: deque) -> None:
         """Send a queued tiny task to a worker busy with the same function, so it starts without
@@ -628,7 +629,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         alloc = w.alloc
         assigned = {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {}
         accel = {r: list(ids) for r, ids in alloc.device_ids.items() if ids} if alloc else {}
-        self._send(w, ("run", spec_to_wire(spec), fn_bytes, {d: v.wire() for d, v in deps.items()} if deps else deps,
+        self._send(w, (P.RUN, spec_to_wire(spec), fn_bytes, {d: v.wire() for d, v in deps.items()} if deps else deps,
                        assigned, accel))
         self.task_events.sent(spec, w)
 
@@ -683,7 +684,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 actor.queue.remove(spec)
                 self._finish(spec, error)
             elif actor is not None and actor.worker is not None and spec.task_id in actor.inflight:
-                self._send(actor.worker, ("cancel_call", spec.task_id))   # async actors stop it
+                self._send(actor.worker, (P.CANCEL_CALL, spec.task_id))   # async actors stop it
                 if next(iter(actor.inflight)) == spec.task_id:   # a one-at-a-time actor runs it now:
                     self._signal(actor.worker, signal.SIGUSR1)   # its is_canceled() turns true
             return
@@ -718,7 +719,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
     def _recall(self, w: WorkerProc) -> None:
         if not w.recalling:
             w.recalling = True
-            self._send(w, ("unprefetch", w.next.task_id))
+            self._send(w, (P.UNPREFETCH, w.next.task_id))
 
     def _msg_unprefetched(self, w: WorkerProc, task_id: int, found: bool) -> None:
         w.recalling = False
@@ -832,25 +833,28 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             handler(w, *msg[1:])
 
     def _message_handlers(self) -> dict:
-        """The worker -> node message kinds (a message's first item) and their handlers; the rest
-        of the message is the handler's arguments after the worker."""
-        return {
-            "hello": self._msg_hello, "done": self._msg_done, "item": self._msg_item,
-            "submit": self._msg_submit, "put": self._msg_put, "refs": self._msg_refs,
-            "released": self._msg_released, "metrics": self._msg_metrics,
-            "get": self._msg_get, "wait": self._msg_wait, "stream_next": self._msg_stream_next,
-            "kill": self._msg_kill, "cancel": self._msg_cancel, "exit_actor": self._msg_exit_actor,
-            "actor_repr": self._msg_actor_repr, "get_actor": self._msg_get_actor,
-            "create_named": self._msg_create_named, "named_actors": self._msg_named_actors,
-            "interrupt_missed": self._msg_interrupt_missed, "unprefetched": self._msg_unprefetched,
-            "group": self._msg_group, "state": self._msg_state, "resources": self._msg_resources,
+        """The worker -> node message kinds (raylite.core.protocol) and their handlers; the rest
+        of a message is the handler's arguments after the worker."""
+        handlers = {
+            P.HELLO: self._msg_hello, P.DONE: self._msg_done, P.ITEM: self._msg_item,
+            P.SUBMIT: self._msg_submit, P.PUT: self._msg_put, P.REFS: self._msg_refs,
+            P.KILL: self._msg_kill, P.CANCEL: self._msg_cancel, P.ACTOR_REPR: self._msg_actor_repr,
+            P.EXIT_ACTOR: self._msg_exit_actor, P.INTERRUPT_MISSED: self._msg_interrupt_missed,
+            P.UNPREFETCHED: self._msg_unprefetched, P.RELEASED: self._msg_released, P.METRICS: self._msg_metrics,
+            # requests: (kind, request id, *args), each answered by one REPLY
+            P.GET: self._msg_get, P.WAIT: self._msg_wait, P.STREAM_NEXT: self._msg_stream_next,
+            P.CREATE_NAMED: self._msg_create_named, P.GET_ACTOR: self._msg_get_actor,
+            P.NAMED_ACTORS: self._msg_named_actors, P.RESOURCES: self._msg_resources, P.STATE: self._msg_state,
+            P.GROUP: self._msg_group,
         }
+        assert handlers.keys() == P.TO_NODE, "a worker -> node message kind without its handler"
+        return handlers
 
     def _retire(self, w: WorkerProc) -> None:
         w.retiring = True
         w.exit_cause = ("INTENDED_SYSTEM_EXIT", "its actor ended: no handle left, or it was asked to end"
                         if w.actor is not None else "raylite ended it: idle, or its max_calls reached")
-        self._send(w, ("exit",))
+        self._send(w, (P.EXIT,))
 
     def _worker_gone(self, w: WorkerProc) -> None:
         if w.early_output:   # it died before its hello was read: print what it wrote all the same
@@ -1027,7 +1031,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         def reply(found):
             self._unblock(w)
             if w.index in self.workers:
-                self._send(w, ("reply", req, found))
+                self._send(w, (P.REPLY, req, found))
         if not self.stream_next(completion_id, index, reply):
             self._lend_cpu(w)
 
@@ -1047,7 +1051,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         self.table.put(oid, value)
 
     def _msg_refs(self, w: WorkerProc, ops: list) -> None:
-        handlers = {"pin": self.table.pin, "release": self.table.release, "addref": self.table.addref}
+        handlers = {P.PIN: self.table.pin, P.RELEASE: self.table.release, P.ADDREF: self.table.addref}
         for op, oid in ops:
             handlers[op](oid)
 
@@ -1064,14 +1068,14 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 payload = (True, self.table.values(ids, waiter))
                 self.table.sent(w.index, payload[1])
             if w.index in self.workers:
-                self._send(w, ("reply", req, payload))
+                self._send(w, (P.REPLY, req, payload))
         self._block_until(w, Waiter(reply, fail_fast=True), ids, timeout)
 
     def _msg_wait(self, w: WorkerProc, req: int, ids: list, num_returns: int, timeout) -> None:
         def reply(timed_out: bool, waiter=None):
             self._unblock(w)
             if w.index in self.workers:
-                self._send(w, ("reply", req, self.table.ready_ids(ids)))
+                self._send(w, (P.REPLY, req, self.table.ready_ids(ids)))
         self._block_until(w, Waiter(reply, num_returns), ids, timeout)
 
     def _block_until(self, w: WorkerProc, waiter: Waiter, ids, timeout) -> None:
@@ -1103,7 +1107,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             payload = self.get_actor(name, namespace)
         except ValueError as e:
             payload = e
-        self._send(w, ("reply", req, payload))
+        self._send(w, (P.REPLY, req, payload))
 
     def _msg_create_named(self, w: WorkerProc, req: int, spec: TaskSpec, fn_bytes, get_if_exists: bool) -> None:
         self.task_events.submitted_by(spec, w)
@@ -1112,13 +1116,13 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             self._owned_by(spec, w)
         except ValueError as e:
             payload = e
-        self._send(w, ("reply", req, payload))
+        self._send(w, (P.REPLY, req, payload))
 
     def _msg_actor_repr(self, w: WorkerProc, text: str) -> None:
         w.name = text   # the actor's __repr__ prefixes its output, as in Ray
 
     def _msg_named_actors(self, w: WorkerProc, req: int) -> None:
-        self._send(w, ("reply", req, self.named_actors()))
+        self._send(w, (P.REPLY, req, self.named_actors()))
 
     def state(self, what: str, detail: bool) -> tuple[list, int]:
         """Rows of the state API (raylite.core.snapshot), and how many task records were dropped."""
@@ -1126,10 +1130,10 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         return snapshot.view(self, what, detail)
 
     def _msg_state(self, w: WorkerProc, req: int, what: str, detail: bool) -> None:
-        self._send(w, ("reply", req, self.state(what, detail)))
+        self._send(w, (P.REPLY, req, self.state(what, detail)))
 
     def _msg_resources(self, w: WorkerProc, req: int) -> None:
-        self._send(w, ("reply", req, self.resource_view()))
+        self._send(w, (P.REPLY, req, self.resource_view()))
 
     def resource_view(self) -> tuple[dict, dict]:
         avail = self.res.available()
