@@ -44,9 +44,10 @@ def _cluster_for(node: dict):
         return _cluster
     close()
     from ray.cluster_utils import Cluster
-    # Ray's workers import raylite from this checkout (not an installed copy), as the driver does
+    # Ray's workers import raylite from this checkout (not an installed copy), and the test
+    # modules (what their remote code pickled by reference), as the driver does
     path = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), path]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), str(_ROOT / "tests"), path]))
     try:
         args = {_NODE_PARAMS.get(k, k): v for k, v in node.items()}
         _cluster = Cluster(initialize_head=True, head_node_args={"include_dashboard": False, **args})

@@ -20,6 +20,7 @@ def count_until(path, n, before_wait=1):
         yield i
 
 
+@pytest.mark.local_only("Ray's completed() ref holds None")
 def test_generator_streams_values_before_the_task_ends(ray_start, tmp_path):
     go = tmp_path / "go"
     gen = count_until.remote(str(go), 3)
@@ -57,6 +58,7 @@ def test_dynamic_num_returns_gives_one_ref_to_all_values(ray_start):
     assert ray.get(list(refgen)) == [0, 1, 4, 9]
 
 
+@pytest.mark.local_only("Ray's own error text for a short generator")
 def test_generator_with_fixed_num_returns_and_errors_as_ray(ray_start):
     @ray.remote(num_returns=3)
     def three():
@@ -107,6 +109,7 @@ def test_actor_generator_methods_sync_and_async(ray_start):
     assert [ray.get(r) for r in AsyncSource.remote().values.remote(3)] == [0, 1, 2]
 
 
+@pytest.mark.local_only("Ray's generator tasks cannot `yield from` (it calls send())")
 def test_async_for_over_a_generator_in_a_driver_coroutine(ray_start):
     @ray.remote
     def letters():
@@ -128,6 +131,7 @@ def test_large_yielded_values_travel_through_shared_memory(ray_start):
     assert [float(a[0]) for a in out] == [0.0, 1.0, 2.0] and not out[0].flags.writeable
 
 
+@pytest.mark.local_only("Ray's generator tasks cannot `yield from` (it calls send())")
 def test_task_consumes_a_generator_without_deadlock(ray_init):
     ray_init(num_cpus=1)   # the consumer holds the only CPU while the generator needs one
 
@@ -186,6 +190,7 @@ def test_cancel_a_running_generator(ray_start, tmp_path):
         next(gen)
 
 
+@pytest.mark.local_only("Ray refuses streaming on a plain function at decoration")
 def test_bad_num_returns_and_non_generators_are_clear_errors(ray_start):
     def plain():
         return 1
@@ -218,6 +223,7 @@ def test_wait_on_generators_and_refs_together(ray_start, tmp_path):
     assert ray.wait([slow, gen], num_returns=2, timeout=20)[0] == [slow, gen]
 
 
+@pytest.mark.local_only("Ray's own error text")
 def test_generator_cannot_travel_to_another_task(ray_start):
     @ray.remote
     def consume(gen):
@@ -227,6 +233,7 @@ def test_generator_cannot_travel_to_another_task(ray_start):
         consume.remote(count_until.remote("/nonexistent", 1))
 
 
+@pytest.mark.local_only("Ray runs async generators only as async actor methods")
 def test_async_generator_task(ray_start):
     @ray.remote
     async def ticks(n):

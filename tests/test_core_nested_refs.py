@@ -33,6 +33,7 @@ def get_inner(holder):
     return float(ray.get(holder[0]).sum())
 
 
+@pytest.mark.local_only("white-box: reads the local node's object table")
 def test_ref_nested_in_an_argument_lives_until_the_task_ends(ray_start, wait_until):
     ref = ray.put(np.ones(2 * MB // 8))
     oid = ref.id
@@ -43,6 +44,7 @@ def test_ref_nested_in_an_argument_lives_until_the_task_ends(ray_start, wait_unt
     _freed(wait_until, oid)
 
 
+@pytest.mark.local_only("white-box: reads the local node's object table")
 def test_ref_returned_by_a_task_outlives_the_worker_that_made_it(ray_start, wait_until):
     @ray.remote
     def make():
@@ -58,6 +60,7 @@ def test_ref_returned_by_a_task_outlives_the_worker_that_made_it(ray_start, wait
     _freed(wait_until, oid)
 
 
+@pytest.mark.local_only("white-box: reads the local node's object table")
 def test_put_value_holds_its_refs_and_frees_them_with_it(ray_start, wait_until):
     inner = ray.put(np.arange(2 * MB // 8, dtype=np.float64))
     oid = inner.id
@@ -71,6 +74,7 @@ def test_put_value_holds_its_refs_and_frees_them_with_it(ray_start, wait_until):
     _freed(wait_until, oid)
 
 
+@pytest.mark.local_only("white-box: reads the local node's object table")
 def test_refs_passed_between_workers_are_counted_in_each(ray_start, wait_until):
     @ray.remote
     class Keeper:
@@ -97,6 +101,7 @@ def test_refs_passed_between_workers_are_counted_in_each(ray_start, wait_until):
     _freed(wait_until, oid)
 
 
+@pytest.mark.local_only("white-box: reads the local node's object table")
 def test_a_long_chain_of_nested_refs_is_freed_without_recursion(ray_start, wait_until):
     first = ray.put(0)
     oid = first.id
@@ -110,6 +115,7 @@ def test_a_long_chain_of_nested_refs_is_freed_without_recursion(ray_start, wait_
     _freed(wait_until, oid)
 
 
+@pytest.mark.local_only("white-box: reads the local node's object table")
 def test_plain_pickle_pins_the_object(ray_start):
     ref = ray.put("kept")
     data = pickle.dumps(ref)
@@ -120,6 +126,7 @@ def test_plain_pickle_pins_the_object(ray_start):
     assert ray.get(pickle.loads(data)) == "kept"
 
 
+@pytest.mark.local_only("white-box: reads the local node's object table")
 def test_actor_constructor_arguments_are_held_for_restarts(ray_start, wait_until):
     @ray.remote(max_restarts=1)
     class Reader:
@@ -226,6 +233,7 @@ def test_actor_handle_in_a_put_value_lives_with_the_value(ray_start, wait_until,
                message="the actor outlived the value holding its only handle")
 
 
+@pytest.mark.local_only("Ray 2.60 ends the actor once its last live handle goes, pickled copies notwithstanding")
 def test_plain_pickle_of_an_actor_handle_keeps_the_actor(ray_start):
     counter = Counter.remote()
     data = pickle.dumps(counter)

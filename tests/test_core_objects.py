@@ -187,6 +187,7 @@ def test_put_get_large_bytes(ray_start):
 
 
 @pytest.mark.parametrize("via_put", [True, False], ids=["ray.put", "direct-arg"])
+@pytest.mark.local_only("the local runtime's shared-memory segments")
 def test_large_array_argument_is_read_only_zero_copy(ray_start, via_put):
     arr = _big_array()
     probe = _make_probe()
@@ -226,6 +227,7 @@ def test_return_large_array_from_task(ray_start):
     np.testing.assert_array_equal(out, np.arange(n, dtype=np.float64))
 
 
+@pytest.mark.local_only("the local runtime's shared-memory segments")
 def test_large_task_result_passed_to_next_task_zero_copy(ray_start):
     @ray.remote
     def make(n):
@@ -237,6 +239,7 @@ def test_large_task_result_passed_to_next_task_zero_copy(ray_start):
     assert info["in_shm"] and info["writeable"] is False
 
 
+@pytest.mark.local_only("the local runtime's shared-memory segments")
 def test_large_torch_tensor_roundtrip_and_zero_copy(ray_start):
     torch = pytest.importorskip("torch")
     # small integers: every partial sum is exact in float32
@@ -326,6 +329,7 @@ def test_shm_segments_removed_after_shutdown(ray_init, shm_segments, raylite_map
     )
 
 
+@pytest.mark.local_only("ObjectRef(id bytes) makes a local runtime's ref, which Ray does not know")
 def test_object_ref_from_its_bytes_and_as_future(ray_start):
     import asyncio
 

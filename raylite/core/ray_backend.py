@@ -198,9 +198,11 @@ def wait(object_refs, num_returns: int, timeout, fetch_local: bool):
 
 
 def put(value, owner=None):
+    """``owner`` is not passed on: Ray 2.56 removed ``_owner`` (put refuses it), and raylite's
+    objects outlive the actor named anyway, as the driver's own puts on Ray do."""
     _share_by_value()
     with _Translated():
-        return _ray().put(value, _owner=owner)
+        return _ray().put(value)
 
 
 def kill(actor, no_restart: bool) -> None:
@@ -248,8 +250,8 @@ _COUNTERPARTS = {"ActorHandle": "actor", "ActorMethod": "actor", "RuntimeContext
 
 
 def counterpart(cls: type) -> type:
-    """Ray's class for raylite's ObjectRef, ObjectRefGenerator, ActorHandle, ActorMethod or
-    RuntimeContext (for isinstance): what Ray's calls return while raylite runs on it."""
+    """Ray's class for raylite's ObjectRef, (Dynamic)ObjectRefGenerator, ActorHandle, ActorMethod
+    or RuntimeContext (for isinstance): what Ray's calls return while raylite runs on it."""
     import importlib
     home = _COUNTERPARTS.get(cls.__name__)
     return getattr(importlib.import_module(f"ray.{home}") if home else _ray(), cls.__name__)

@@ -116,7 +116,7 @@ class ObjectRefGenerator(metaclass=BackendType):
                         "pass the refs it yields, or its completed() ref")
 
 
-class DynamicObjectRefGenerator:
+class DynamicObjectRefGenerator(metaclass=BackendType):
     """The value of a ``num_returns="dynamic"`` task: the refs of everything it yielded."""
 
     def __init__(self, refs: list[ObjectRef]):
