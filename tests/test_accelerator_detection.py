@@ -368,7 +368,7 @@ def test_detect_metax_through_pymxsml(monkeypatch, empty_root):
 
 def test_detect_survives_broken_probe(monkeypatch, nvml, empty_root):
     nvml()
-    monkeypatch.setattr(acc, "_tpu_chips", lambda root: 1 / 0)
+    monkeypatch.setattr(acc.device_probes, "tpu_chips", lambda root: 1 / 0)
     assert acc.detect(NVIDIA, root=empty_root) == {}
 
 
@@ -420,5 +420,5 @@ def test_accelerator_ids_view():
 
 
 def test_detect_survives_broken_gpu_probe(monkeypatch, empty_root):
-    monkeypatch.setattr(acc, "_detect_amd", lambda root: int("garbage"))
+    monkeypatch.setattr(acc.device_probes, "amd", lambda root: int("garbage"))
     assert acc.detect({"RAYLITE_GPU_VENDOR": "amd"}, root=empty_root) == {}
