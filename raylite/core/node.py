@@ -1,6 +1,6 @@
 """The node manager: the scheduler, the object table (raylite.core.object_table), the worker
-table, the actors' lifecycle (raylite.core.actors) and the workers' output (raylite.core.output),
-in the driver. One lock guards all of it. A node thread serves the workers' control
+table, the actors' lifecycle (raylite.core.actors), the workers' output (raylite.core.output)
+and requests (raylite.core.worker_messages), in the driver; how it fails: raylite.core.failures. One lock guards all of it. A node thread serves the workers' control
 sockets and timeouts; a user thread's command (`call`: submit, get, put, ...) runs at once in that
 thread when the lock is free, else it is queued for the node thread. Waiting is on events.
 """
@@ -18,7 +18,7 @@ import time
 from collections import deque
 
 from raylite import exceptions
-from raylite.core import accelerators, metrics, runtime_env, segments, serialization, streams
+from raylite.core import accelerators, runtime_env, segments, serialization, streams
 from raylite.core import protocol as P
 from raylite.core.events import ClusterEvents, TaskEvents
 from raylite.core.groups import Groups
@@ -33,6 +33,7 @@ from raylite.core.protocol import Channel, TaskSpec, spec_to_wire
 from raylite.core.serialization import Serialized, error_value
 from raylite.core.resources import SCALE, NodeResources, from_fixed
 from raylite.core.segment_pool import SegmentPool
+from raylite.core.worker_messages import WorkerMessages
 from raylite.core.workers import Actor, Waiter, WorkerProc
 from raylite.core.zygote import Zygote, end_group
 
@@ -96,7 +97,7 @@ class _Resignal:
         self.node._resignal(self)
 
 
-class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
+class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup, WorkerMessages):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
                  log_dir: str | None = None, logging: dict | None = None, labels: dict | None = None):
@@ -510,13 +511,6 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
         """One entry for the clients: "create", "remove" or "info"."""
         return {"create": self.create_group, "remove": self.remove_group, "info": self.group_info}[op](*args)
 
-    def _msg_group(self, w: WorkerProc, req: int, op: str, args: tuple) -> None:
-        try:
-            payload = self.group(op, *args)
-        except ValueError as e:
-            payload = e
-        self._send(w, (P.REPLY, req, payload))
-
     def _prefetch(self, queue: deque) -> None:
         """Send a queued tiny task to a worker busy with the same function, so it starts without
         a round trip through this thread. Resources pass from one task to the next unchanged."""
@@ -832,24 +826,6 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 raise exceptions.RaySystemError(f"worker {w.pid} sent a message of unknown kind {msg[0]!r}")
             handler(w, *msg[1:])
 
-    def _message_handlers(self) -> dict:
-        """The worker -> node message kinds (raylite.core.protocol) and their handlers; the rest
-        of a message is the handler's arguments after the worker."""
-        handlers = {
-            P.HELLO: self._msg_hello, P.DONE: self._msg_done, P.ITEM: self._msg_item,
-            P.SUBMIT: self._msg_submit, P.PUT: self._msg_put, P.REFS: self._msg_refs,
-            P.KILL: self._msg_kill, P.CANCEL: self._msg_cancel, P.ACTOR_REPR: self._msg_actor_repr,
-            P.EXIT_ACTOR: self._msg_exit_actor, P.INTERRUPT_MISSED: self._msg_interrupt_missed,
-            P.UNPREFETCHED: self._msg_unprefetched, P.RELEASED: self._msg_released, P.METRICS: self._msg_metrics,
-            # requests: (kind, request id, *args), each answered by one REPLY
-            P.GET: self._msg_get, P.WAIT: self._msg_wait, P.STREAM_NEXT: self._msg_stream_next,
-            P.CREATE_NAMED: self._msg_create_named, P.GET_ACTOR: self._msg_get_actor,
-            P.NAMED_ACTORS: self._msg_named_actors, P.RESOURCES: self._msg_resources, P.STATE: self._msg_state,
-            P.GROUP: self._msg_group,
-        }
-        assert handlers.keys() == P.TO_NODE, "a worker -> node message kind without its handler"
-        return handlers
-
     def _retire(self, w: WorkerProc) -> None:
         w.retiring = True
         w.exit_cause = ("INTENDED_SYSTEM_EXIT", "its actor ended: no handle left, or it was asked to end"
@@ -923,7 +899,7 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             w.alloc.pool.adjust("CPU", -w.blocked)
             w.blocked = 0
 
-    # -- messages from workers (dispatched by kind: _message_handlers) --
+    # -- the task lifecycle's messages from workers (the table and the rest: raylite.core.worker_messages) --
     def _msg_hello(self, w: WorkerProc, pid: int) -> None:
         w.pid = pid
         self.starting.discard(w.index)
@@ -979,9 +955,6 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
             return self._enqueue(spec)
         self._finish(spec, results)
 
-    def _msg_metrics(self, w: WorkerProc, updates: list) -> None:
-        metrics.store.merge(updates)
-
     def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes, parent: int | None = None) -> None:
         """`parent`: the task or actor call (of several an actor may run at once) that submits it;
         not one that has finished (a thread it started submits), whose children nobody would drop."""
@@ -1027,62 +1000,6 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 self.table.addref(completion_id)
             reply(found)
 
-    def _msg_stream_next(self, w: WorkerProc, req: int, completion_id: int, index: int) -> None:
-        def reply(found):
-            self._unblock(w)
-            if w.index in self.workers:
-                self._send(w, (P.REPLY, req, found))
-        if not self.stream_next(completion_id, index, reply):
-            self._lend_cpu(w)
-
-    def _msg_exit_actor(self, w: WorkerProc, why: str) -> None:
-        """The actor called ray.actor.exit_actor() (or was sent __ray_terminate__): its process
-        ends now, for good."""
-        if w.actor is not None:
-            w.actor.restarts_left = 0
-            w.actor.error = why
-            w.exit_cause = ("INTENDED_USER_EXIT", why)
-
-    def _msg_released(self, w: WorkerProc, names: list) -> None:
-        for name in names:
-            self.table.reader_done(name, w.index)
-
-    def _msg_put(self, w: WorkerProc, oid: int, value) -> None:
-        self.table.put(oid, value)
-
-    def _msg_refs(self, w: WorkerProc, ops: list) -> None:
-        handlers = {P.PIN: self.table.pin, P.RELEASE: self.table.release, P.ADDREF: self.table.addref}
-        for op, oid in ops:
-            handlers[op](oid)
-
-    def _msg_get(self, w: WorkerProc, req: int, ids: list, timeout) -> None:
-        def reply(timed_out: bool, waiter=None):
-            self._unblock(w)
-            if timed_out:
-                payload = (False, exceptions.GetTimeoutError(f"get timed out after {timeout} s"))
-            elif waiter.infeasible_reason:
-                payload = (False, exceptions.InfeasibleTaskError(waiter.infeasible_reason))
-            elif waiter.lost_id is not None:
-                payload = (False, exceptions.ObjectLostError(f"object {waiter.lost_id:028x} was freed"))
-            else:
-                payload = (True, self.table.values(ids, waiter))
-                self.table.sent(w.index, payload[1])
-            if w.index in self.workers:
-                self._send(w, (P.REPLY, req, payload))
-        self._block_until(w, Waiter(reply, fail_fast=True), ids, timeout)
-
-    def _msg_wait(self, w: WorkerProc, req: int, ids: list, num_returns: int, timeout) -> None:
-        def reply(timed_out: bool, waiter=None):
-            self._unblock(w)
-            if w.index in self.workers:
-                self._send(w, (P.REPLY, req, self.table.ready_ids(ids)))
-        self._block_until(w, Waiter(reply, num_returns), ids, timeout)
-
-    def _block_until(self, w: WorkerProc, waiter: Waiter, ids, timeout) -> None:
-        self.table.add_waiter(waiter, ids, timeout)
-        if not waiter.done:
-            self._lend_cpu(w)
-
     def _lend_cpu(self, w: WorkerProc) -> None:
         """A task blocked in get, wait or next gives its CPU back, so nested work cannot deadlock.
         An actor keeps what it holds, as in Ray (which releases CPUs for blocked tasks only)."""
@@ -1096,44 +1013,10 @@ class Node(ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup):
                 w.alloc.pool.adjust("CPU", cpu)
                 w.blocked = cpu
 
-    def _msg_kill(self, w: WorkerProc, actor_id: int, no_restart: bool) -> None:
-        self.kill(actor_id, no_restart)
-
-    def _msg_cancel(self, w: WorkerProc, oid: int, force: bool, recursive: bool) -> None:
-        self.cancel(oid, force, recursive)
-
-    def _msg_get_actor(self, w: WorkerProc, req: int, name: str, namespace: str | None) -> None:
-        try:
-            payload = self.get_actor(name, namespace)
-        except ValueError as e:
-            payload = e
-        self._send(w, (P.REPLY, req, payload))
-
-    def _msg_create_named(self, w: WorkerProc, req: int, spec: TaskSpec, fn_bytes, get_if_exists: bool) -> None:
-        self.task_events.submitted_by(spec, w)
-        try:
-            payload = self.create_named(spec, fn_bytes, get_if_exists)
-            self._owned_by(spec, w)
-        except ValueError as e:
-            payload = e
-        self._send(w, (P.REPLY, req, payload))
-
-    def _msg_actor_repr(self, w: WorkerProc, text: str) -> None:
-        w.name = text   # the actor's __repr__ prefixes its output, as in Ray
-
-    def _msg_named_actors(self, w: WorkerProc, req: int) -> None:
-        self._send(w, (P.REPLY, req, self.named_actors()))
-
     def state(self, what: str, detail: bool) -> tuple[list, int]:
         """Rows of the state API (raylite.core.snapshot), and how many task records were dropped."""
         from raylite.core import snapshot   # only when someone asks
         return snapshot.view(self, what, detail)
-
-    def _msg_state(self, w: WorkerProc, req: int, what: str, detail: bool) -> None:
-        self._send(w, (P.REPLY, req, self.state(what, detail)))
-
-    def _msg_resources(self, w: WorkerProc, req: int) -> None:
-        self._send(w, (P.REPLY, req, self.resource_view()))
 
     def resource_view(self) -> tuple[dict, dict]:
         avail = self.res.available()
