@@ -57,12 +57,16 @@ def test_a_command_that_raises_goes_back_to_its_caller_and_the_next_still_runs(r
     assert ray.get(one.remote()) == 1   # a command's error leaves the runtime working
 
 
-def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_up(ray_start, tmp_path, capfd,
+@pytest.mark.parametrize("tasks", [1, 2], ids=["in-the-getting-thread", "in-the-node-thread"])
+def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_up(ray_start, tmp_path, capfd, tasks,
                                                                                    wait_until, wait_pids_gone):
+    """One task: the blocked get serves its worker's socket itself (raylite.core.reader), so the bug
+    hits in the getting thread; two tasks on two workers: the node thread serves them."""
     from raylite.core import api, protocol
     node = api._node
-    fifo = str(tmp_path / "gate")
-    os.mkfifo(fifo)
+    fifos = [str(tmp_path / f"gate{i}") for i in range(tasks)]
+    for fifo in fifos:
+        os.mkfifo(fifo)
 
     @ray.remote
     def gated(path):
@@ -74,12 +78,17 @@ def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_u
 
     node.handlers[protocol.DONE] = done_with_a_bug   # the handler for a worker's "task done"
 
-    ref = gated.remote(fifo)
-    thread, box = _in_thread(lambda: ray.get(ref))
-    wait_until(lambda: node.table.objects[ref.id].waiters, what="the get blocked")
+    refs = [gated.remote(fifo) for fifo in fifos]
+    wait_until(lambda: sum(w.task is not None and w.index not in node.held for w in node.workers.values()) == tasks,
+               what="the tasks running")
+    thread, box = _in_thread(lambda: ray.get(refs))
+    wait_until(lambda: all(node.table.objects[ref.id].waiters for ref in refs) and (tasks == 2 or node.readers),
+               what="the get blocked")
+    assert bool(node.readers) == (tasks == 1)
     pids = [w.pid for w in node.workers.values() if w.pid is not None]
-    with open(fifo, "w") as f:   # the task returns; its "done" message hits the bug
-        f.write("go")
+    for fifo in fifos:
+        with open(fifo, "w") as f:   # the task returns; its "done" message hits the bug
+            f.write("go")
     thread.join(15)
     assert box, "the blocked get was never woken"
     kind, error = box[0]
@@ -88,7 +97,7 @@ def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_u
     assert "broken" in str(error)
 
     with pytest.raises(ray.exceptions.RaySystemError, match="broken") as refused:
-        gated.remote(fifo)
+        gated.remote(fifos[0])
     assert "injected bug" in str(refused.value.__cause__)
     err = capfd.readouterr().err
     assert err.count("internal error in the node manager") == 1, err
