@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import threading
 
-from raylite.core.remote import ASYNC_DEFAULT_CONCURRENCY, has_async_methods
+from raylite.core.submission import ASYNC_DEFAULT_CONCURRENCY, has_async_methods
 
 
 def runner_for(executor, max_concurrency: int, groups: dict[str, int]):

@@ -290,7 +290,7 @@ class RuntimeContext(metaclass=BackendType):
         actor_id = _now().actor_id
         if actor_id is None or _process.actor_meta is None:
             raise RuntimeError("current_actor is only available inside an actor")
-        from raylite.core.remote import ActorHandle
+        from raylite.core.actor_class import ActorHandle
         return ActorHandle(actor_id, _process.actor_meta)
 
     def get(self) -> dict[str, str]:

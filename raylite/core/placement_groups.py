@@ -220,5 +220,5 @@ def _ray_util():
 
 
 def _client():
-    from raylite.core.remote import _client as client
+    from raylite.core.submission import client
     return client()

@@ -27,7 +27,8 @@ import warnings
 from typing import Any
 
 from raylite.core.options import METHOD_OPTIONS, check
-from raylite.core.remote import ActorClass, ActorMethod, RemoteFunction, _Options
+from raylite.core.remote import ActorClass, ActorMethod, RemoteFunction
+from raylite.core.submission import Options
 
 __all__ = ["ClassMethodNode", "ClassNode", "DAGInputData", "DAGNode", "FunctionNode", "InputAttributeNode",
            "InputNode", "MultiOutputNode"]
@@ -38,7 +39,7 @@ _LOOKUP_ERRORS = (IndexError, KeyError, TypeError, AttributeError)
 def bind(target, args: tuple, kwargs: dict) -> DAGNode | tuple[DAGNode, ...]:
     """``.bind(*args, **kwargs)`` of a remote function, actor class or actor method, or of their
     ``.options(...)`` (then ``target`` wraps the original as ``_target``)."""
-    original = target._target if isinstance(target, _Options) else target
+    original = target._target if isinstance(target, Options) else target
     if isinstance(original, RemoteFunction):
         return FunctionNode(target, original._name, args, kwargs)
     if isinstance(original, ActorClass):
