@@ -339,9 +339,9 @@ def test_a_worker_the_kernel_killed_for_memory_raises_out_of_memory_error(ray_st
     the task raises OutOfMemoryError (after its retries) and an actor's calls say why it died."""
     import itertools
 
-    from raylite.core import node
+    from raylite.core import worker_lifecycle
     kills = itertools.count(1000)
-    monkeypatch.setattr(node, "_oom_kills", lambda: next(kills))   # it rises at every death
+    monkeypatch.setattr(worker_lifecycle, "oom_kills", lambda: next(kills))   # it rises at every death
 
     @ray.remote(max_retries=1)
     def hog():
@@ -358,7 +358,7 @@ def test_a_worker_the_kernel_killed_for_memory_raises_out_of_memory_error(ray_st
     hog_actor = Hog.remote()   # (a handle kept: an actor with none left is ended on purpose)
     with pytest.raises(exc.ActorDiedError, match="out-of-memory killer"):
         ray.get(hog_actor.grow.remote(), timeout=45)
-    monkeypatch.setattr(node, "_oom_kills", lambda: 7)   # no kill counted: a plain crash
+    monkeypatch.setattr(worker_lifecycle, "oom_kills", lambda: 7)   # no kill counted: a plain crash
     with pytest.raises(exc.WorkerCrashedError, match="died unexpectedly"):
         ray.get(hog.options(max_retries=0).remote(), timeout=45)
 
