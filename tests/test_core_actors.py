@@ -45,6 +45,7 @@ def test_actor_keeps_state_and_runs_methods_in_submission_order(ray_start):
     assert ray.get(c.get.remote()) == 50
 
 
+@pytest.mark.local_only("Ray's own error text")
 def test_a_call_waiting_for_its_argument_holds_later_ones_unless_out_of_order_is_allowed(ray_start):
     """Ray's "Actor Task Execution Order" page: submission order on a one-at-a-time actor, and
     `allow_out_of_order_execution=True` lets a call whose arguments are ready go first."""
@@ -257,6 +258,7 @@ def test_get_actor_unknown_name_raises_value_error(ray_start):
     assert "no-such" in ray.get(look_up.remote(f"no-such-actor-{uuid.uuid4().hex}"))
 
 
+@pytest.mark.local_only("Ray's own error text")
 def test_actor_names_are_unique_per_namespace(ray_init):
     ray_init(num_cpus=2, namespace="team-a")
     Counter = _counter_class()
@@ -302,6 +304,7 @@ def test_named_actor_is_collected_without_handles_unless_detached(ray_start, wai
         Counter.options(lifetime="forever")
 
 
+@pytest.mark.local_only("Ray's own error text")
 def test_bad_actor_name_or_namespace_is_a_clear_error(ray_start):
     Counter = _counter_class()
     with pytest.raises(ValueError, match="name must be a non-empty string.*name=''"):
@@ -314,6 +317,7 @@ def test_bad_actor_name_or_namespace_is_a_clear_error(ray_start):
         Counter.options(max_pending_calls=-2)
 
 
+@pytest.mark.local_only("Ray's ActorID is not raylite's integer id")
 def test_runtime_context_namespace_actor_name_and_current_actor(ray_init):
     ray_init(num_cpus=2, namespace="ctx-ns")
     ctx = ray.get_runtime_context()
@@ -549,6 +553,7 @@ def test_exit_actor_outside_an_actor_is_a_type_error(ray_start):
         ray.actor.exit_actor()
 
 
+@pytest.mark.local_only("Ray's own error text")
 def test_ray_terminate_ends_the_actor_after_the_calls_before_it(ray_start, wait_pids_gone):
     counter = _counter_class(max_restarts=1).remote()
     pid = ray.get(counter.pid.remote())
@@ -623,6 +628,7 @@ def test_max_task_retries_runs_a_call_again_on_the_restarted_actor(ray_start, tm
         ray.get(plain.crash_once.remote(str(tmp_path / "c")), timeout=30)
 
 
+@pytest.mark.local_only("Ray's own error text")
 def test_actors_die_with_an_owner_that_crashes(ray_start):
     Counter = _counter_class()
 

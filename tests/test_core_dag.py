@@ -82,6 +82,7 @@ def test_nodes_nested_in_lists_and_dicts_arrive_as_refs(ray_start):
     assert ray.get(inspect.bind((inc.bind(1), inc.bind(2)), {"k": inc.bind(3)}).execute()) == [2, 3, 4]
 
 
+@pytest.mark.local_only("on Ray, actor handles are Ray's: their .bind gives Ray's DAG nodes")
 def test_a_shared_node_runs_once_per_execute(ray_start):
     @ray.remote
     def add(a, b):
@@ -136,6 +137,7 @@ def test_class_node_passed_to_a_task_arrives_as_a_handle(ray_start):
     assert ray.get(bump.bind(_counter_class().bind(1)).execute()) == 8
 
 
+@pytest.mark.local_only("on Ray, actor handles are Ray's: their .bind gives Ray's DAG nodes")
 def test_binding_on_an_existing_handle_keeps_the_actors_state(ray_start):
     counter = _counter_class().remote()
     with InputNode() as inp:
