@@ -167,6 +167,14 @@ def test_replay_follows_a_trials_schedule(ray2, tmp_path):
         assert prev["training_iteration"] == step               # changed right at the step PBT changed it
 
 
+def test_a_time_budget_ends_paused_trials(ray2, tmp_path):
+    a = tune.run(toy_function, config={"lr": tune.grid_search(GRID)}, metric="score", mode="max",
+                 scheduler=pbt(2, synch=True), time_budget_s=1.5, resources_per_trial={"cpu": 0.5},
+                 storage_path=str(tmp_path), verbose=0)
+    assert [t.status for t in a.trials] == ["TERMINATED"] * 4
+    assert all(json.load(open(os.path.join(t.path, "trial.json")))["status"] == "TERMINATED" for t in a.trials)
+
+
 def test_mutations_fill_a_config_that_lacks_them(ray2, tmp_path):
     def trainable(config):
         tune.report({"score": config["lr"], "done": True})

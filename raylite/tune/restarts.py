@@ -59,6 +59,16 @@ def requeue(r, trial: Trial) -> None:
         r._fire("on_trial_restore", iteration=r.iteration, trials=r.trials, trial=trial)
 
 
+def end_held(r) -> None:
+    """The experiment stopped (time budget, a stopper) with trials a scheduler held or queued to
+    start again: they end as they stood, TERMINATED."""
+    for trial in [t for t in r.pending if t.resume_from is not None]:
+        r.pending.remove(trial)
+        r.paused.append(trial)
+    for trial in list(r.paused):
+        end_paused(r, trial)
+
+
 def end_paused(r, trial: Trial, pruned: bool = False) -> None:
     """A paused trial that will not run again ends TERMINATED, as it stood (`pruned`: the
     scheduler stopped it early, as HyperBand does with a rung's losers)."""

@@ -139,8 +139,7 @@ class TrialRunner:
             self.started_at = time.monotonic()
             self._fire("setup", stop=self.stop, num_samples=self.num_samples, total_num_samples=self.num_samples)
             self._loop()
-            for trial in list(self.paused):   # held when the experiment stopped: they end as they are
-                restarts.end_paused(self, trial)
+            restarts.end_held(self)
             if self.fail_error is not None:
                 raise self.fail_error
         except KeyboardInterrupt:
