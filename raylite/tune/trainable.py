@@ -46,9 +46,8 @@ class Trainable:
 
     def __init__(self, config: dict | None = None, logger_creator=None, storage=None, **setup_kwargs):
         self.config = dict(config or {})
-        self._iteration, self._time_total, self._restored = 0, 0.0, False
+        self._iteration, self._time_total = 0, 0.0
         self._info: dict = {}
-        self._started = time.time()
         self.setup(copy.deepcopy(self.config), **setup_kwargs)
 
     # ------------------------------------------------------------------ what a subclass overrides
@@ -138,7 +137,6 @@ class Trainable:
                 self.load_checkpoint(pickle.load(f))
         else:
             self.load_checkpoint(path)
-        self._restored = True
 
     def stop(self) -> None:
         """Ray's end of an actor's life: `cleanup()`."""
