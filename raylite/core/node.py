@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import selectors
-import signal
 import socket
 import threading
 import time
@@ -17,6 +16,7 @@ from raylite import exceptions
 from raylite.core import runtime_env, segments, serialization, streams
 from raylite.core import protocol as P
 from raylite.core.events import ClusterEvents, TaskEvents
+from raylite.core.group_lifecycle import GroupLifecycle
 from raylite.core.groups import Groups
 from raylite.core.actors import ActorLifecycle
 from raylite.core.cancellation import Cancellation
@@ -50,7 +50,7 @@ def _queue_key(spec: TaskSpec) -> tuple:
 DEAD_WORKERS_KEPT = 1000   # list_workers shows the last ones that ended, as Ray keeps dead workers
 
 
-class Node(NodeLoop, WorkerLifecycle, Cancellation, ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup, WorkerMessages):
+class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup, WorkerMessages):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
                  log_dir: str | None = None, logging: dict | None = None, labels: dict | None = None):
@@ -249,55 +249,6 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, ActorLifecycle, WorkerOutput
             if alloc is not None:
                 return alloc
         return None
-
-    def _group_gone(self, spec: TaskSpec) -> None:
-        error = error_value(exceptions.TaskPlacementGroupRemoved(
-            f"cannot run {spec.name}: its placement group was removed"))
-        if spec.kind == "actor_create":
-            actor = self.actors[spec.actor_id]
-            actor.restarts_left, actor.error = 0, "its placement group was removed"
-            return self._actor_gone(actor)
-        self._finish(spec, error)
-
-    # -- placement groups (raylite.core.placement_groups is the API) --
-    def create_group(self, pg_id: int, bundles: list, strategy: str, name: str, ready_id: int) -> None:
-        self.groups.create(pg_id, bundles, strategy, name, ready_id)
-        self.table.new_entries([ready_id])   # its one ref: the group's own, dropped at removal
-
-    def remove_group(self, pg_id: int) -> None:
-        group = self.groups.remove(pg_id)
-        if group is None:
-            return
-        for actor in list(self.actors.values()):
-            if actor.spec.placement is not None and actor.spec.placement[0] == pg_id:
-                actor.restarts_left, actor.error = 0, "its placement group was removed"
-                self._kill_actor(actor.spec.actor_id, True)
-        for w in self.workers.values():
-            if w.task is not None and w.task.placement is not None and w.task.placement[0] == pg_id:
-                self._signal(w, signal.SIGKILL)   # its death is then final (see _worker_gone)
-        entry = self.table.objects.get(group.ready_id)
-        if entry is not None and entry.value is None:
-            self.table.set_value(group.ready_id, error_value(exceptions.RayError(
-                f"placement group {group.name or pg_id} was removed before it was placed")))
-        self.table.release(group.ready_id)
-
-    def group_info(self, pg_id: int | None = None, name: str | None = None, handle: bool = False):
-        """A live group's (id, bundles in units, ready id) by id or name with ``handle``; else the
-        table entry of one group, or of all by id."""
-        if name is not None:
-            pg_id = self.groups.by_name.get(name)
-            if pg_id is None:
-                raise ValueError(f"Failed to look up placement group with name: {name}")
-        if handle:
-            group = self.groups.by_id[pg_id]
-            return pg_id, group.bundles, group.ready_id
-        if pg_id is None:
-            return {f"{i:028x}": self.groups.table(i) for i in self.groups.by_id}
-        return self.groups.table(pg_id)
-
-    def group(self, op: str, *args):
-        """One entry for the clients: "create", "remove" or "info"."""
-        return {"create": self.create_group, "remove": self.remove_group, "info": self.group_info}[op](*args)
 
     def _prefetch(self, queue: deque) -> None:
         """Send a queued tiny task to a worker busy with the same function, so it starts without
