@@ -186,6 +186,7 @@ class TrialRunner:
                     drained = True
                     continue
                 trial = self.running.pop(ref)
+                trial.task_ended_at = time.time()
                 self._release(trial)
                 self.finishing.append(trial)
             refilled = len(ready) > drained
@@ -471,7 +472,9 @@ class TrialRunner:
                 if self.fail_fast == "RAISE":
                     self.fail_error = value
                 stopping.stop_experiment(self, f"fail_fast: trial {trial.trial_id} errored")
-        trial.end_time = time.time()
+        # the trial ended with its task, not when its last results were drained: the next trial may
+        # already hold its slot by then
+        trial.end_time, trial.task_ended_at = trial.task_ended_at or time.time(), None
         records.tell(self, trial, state)
         trial.compact()
         self.storage.save_trial(trial)

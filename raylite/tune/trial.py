@@ -110,6 +110,7 @@ class Trial:
         self.ref = None
         self.attempt = 0
         self.launched = False
+        self.task_ended_at: float | None = None   # when its task was seen done, before its results drain
         self.stop_requested_at: float | None = None
         self.cancel_stage = 0
         self.optuna_trial = None
