@@ -102,9 +102,9 @@ def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_u
     err = capfd.readouterr().err
     assert err.count("internal error in the node manager") == 1, err
 
+    wait_pids_gone(pids, what="workers of a broken node (their socket ends: they exit)")
     prefix = node.shm_prefix
     ray.shutdown()
-    wait_pids_gone(pids)
     assert not glob.glob(f"/dev/shm/{prefix}*")
     assert not node.thread.is_alive()
 

@@ -42,10 +42,10 @@ class Gate:
 class NodeFailure:
     """The node's broken state and the gates of the driver threads waiting on it."""
 
-    def __init__(self, wake: Callable[[], None]):
+    def __init__(self, on_break: Callable[[], None]):
         self.cause: BaseException | None = None
         self._gates: set[Gate] = set()
-        self._wake = wake   # the node thread stops once it sees the runtime broken
+        self._on_break = on_break   # the node's part: stop its thread, let its workers go
 
     def ask(self, send: Callable[[Gate], None], alive: Callable[[], bool] | None = None):
         """From a driver thread: send(gate) asks the node for something whose answer opens gate;
@@ -82,7 +82,7 @@ class NodeFailure:
                          "ray.shutdown():\n" + "".join(traceback.format_exception(cause)))
         for gate in list(self._gates):
             gate.open()
-        self._wake()
+        self._on_break()
 
 
 def command_failed() -> None:

@@ -72,7 +72,7 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, ActorLifecyc
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._woken = False
-        self.failure = NodeFailure(self._wake)
+        self.failure = NodeFailure(self._broken)
         self.sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
         self.handlers = self._message_handlers()   # worker -> node messages, by kind
         self.functions: dict[str, bytes] = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import selectors
 import signal
+import socket
 import threading
 
 from raylite.core.failures import command_failed
@@ -19,7 +20,7 @@ def _earliest(*timeouts: float | None) -> float | None:
 
 
 class NodeLoop:
-    """Node mixin. Needs: lock, commands, failure, sel, thread, table, pool, queues, groups,
+    """Node mixin. Needs: lock, commands, failure, sel, thread, table, pool, queues, groups, workers,
     readers, dirty_channels, stopping, inline_thread, held_interrupt, _node_busy, _woken,
     _wake_r, _wake_w, _sigint, _schedule, _wake_readers."""
 
@@ -60,6 +61,17 @@ class NodeLoop:
             try:
                 self._wake_w.send(b"x")
             except OSError:
+                pass
+
+    def _broken(self) -> None:
+        """Under the lock, once the runtime broke: the node thread stops, and every worker sees its
+        driver gone (its socket ends) and exits, so a task blocked in a nested get fails rather
+        than waits for a node that no longer answers."""
+        self._wake()
+        for w in self.workers.values():
+            try:
+                w.chan.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:   # closed already
                 pass
 
     def _hold_interrupts(self) -> None:
