@@ -36,20 +36,20 @@ def test_importing_raylite_never_imports_ray():
 
 
 def test_backend_choice(monkeypatch):
-    from raylite.core.api import _use_ray
+    from raylite.control import uses_local_runtime as local
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    assert not _use_ray(None, None)
-    assert not _use_ray("local", None)
-    assert _use_ray("auto", None)
-    assert _use_ray("ray://head:10001", None)
-    assert _use_ray(None, "ray")
+    assert local(None, None)
+    assert local("local", None)
+    assert not local("auto", None)
+    assert not local("ray://head:10001", None)
+    assert not local(None, "ray")
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    assert _use_ray(None, None)
-    assert not _use_ray(None, "local")
+    assert not local(None, None)
+    assert local(None, "local")
     with pytest.raises(ValueError, match="backend='local'.*address='auto'"):
-        _use_ray("auto", "local")
+        local("auto", "local")
     with pytest.raises(ValueError, match="backend='spark'"):
-        _use_ray(None, "spark")
+        local(None, "spark")
 
 
 def test_bad_input_is_named_before_any_backend_is_asked():
