@@ -18,5 +18,5 @@ def exit_actor() -> None:
         return ray.actor.exit_actor()
     if process.index == 0 or context.get_runtime_context().get_actor_id() is None:
         raise TypeError("exit_actor() can only be called inside an actor's method")
-    from raylite.core.worker import ActorExit
+    from raylite.core.worker_executor import ActorExit
     raise ActorExit("it called ray.actor.exit_actor()")

@@ -1,6 +1,7 @@
 """The wire between the driver and its workers (raylite.core.protocol): task specs survive the
 trip field by field, and polling before sleeping (SPIN_S) -- a worker waiting for its next task and
 a driver thread waiting for a result poll their socket briefly, but only while a CPU is free."""
+import collections
 import os
 import pickle
 import socket
@@ -126,9 +127,9 @@ def test_adaptive_window_comes_from_the_environment():
 
 def test_a_worker_polls_as_long_as_its_last_wait(monkeypatch):
     """A worker whose messages came after 5 ms polls past 5 ms for the next one."""
-    from raylite.core import worker
-    client = worker.WorkerClient.__new__(worker.WorkerClient)
-    client.inbox, client.refops, client.lock, client.last_wait = worker.deque(), [], threading.RLock(), None
+    from raylite.core import worker_client
+    client = worker_client.WorkerClient.__new__(worker_client.WorkerClient)
+    client.inbox, client.refops, client.lock, client.last_wait = collections.deque(), [], threading.RLock(), None
     spins = []
 
     class FakeChannel:
@@ -138,8 +139,8 @@ def test_a_worker_polls_as_long_as_its_last_wait(monkeypatch):
             return ("exit",)
 
     client.chan = FakeChannel()
-    monkeypatch.setattr(worker.threading, "active_count", lambda: 1)
-    monkeypatch.setattr(worker, "spin_for", lambda predicted: ("spin", predicted))
+    monkeypatch.setattr(worker_client.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(worker_client, "spin_for", lambda predicted: ("spin", predicted))
     assert client.next_message() == ("exit",) and spins == [("spin", None)]
     client.next_message()
     assert spins[1][0] == "spin" and 0.005 <= spins[1][1] < 1.0

@@ -384,14 +384,16 @@ class MappingCache:
 
     def release(self, name: str) -> bool:
         """Close every mapping of the segment (a worker asked to forget it); False while some
-        array still uses one, which then closes when the last such array goes."""
-        unused, kept = self.detach(name)
-        if kept is not None:
-            try:
-                kept.mm.close()
-            except BufferError:
-                return False
-        return unused
+        array still uses one. They stay known until then, so that asking again says True only
+        once the last array has gone: the node may hand the segment out for another value."""
+        mapped = [m for m in (self.maps.get(name), *self.private.get(name, ())) if m is not None]
+        if any(m.in_use() for m in mapped):
+            return False
+        self._drop(name)
+        self.private.pop(name, None)
+        for m in mapped:
+            m.mm.close()
+        return True
 
     def detach(self, name: str) -> tuple[bool, Mapping | None]:
         """The driver forgets the segment: (False, None) while an array on a private
