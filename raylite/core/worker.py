@@ -68,6 +68,14 @@ def _breakpoint(*args, **kwargs) -> None:
     rpdb.set_trace(sys._getframe(1))
 
 
+def _post_mortem(tb) -> None:
+    """RAY_DEBUG_POST_MORTEM=1, as Ray's: a failed call's traceback in a pdb session that a
+    terminal attaches to (raylite.util.rpdb, which core's lower modules may not import)."""
+    if os.environ.get("RAY_DEBUG_POST_MORTEM") == "1":
+        from raylite.util import rpdb
+        rpdb.post_mortem(tb)
+
+
 def _log_to_files(log_dir: str) -> bool:
     """init(log_to_driver=False): stdout and stderr go straight to worker-<pid>.out and .err, as
     Ray's workers write theirs, so a task's lines are found by offset (see _log_sizes)."""
@@ -137,6 +145,7 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     atexit._clear()   # the zygote's handlers: only what this worker registers runs at a graceful end
     executor = Executor(client)
     executor.log_files = log_files
+    executor.post_mortem = _post_mortem
 
     def interrupt(signum, frame):  # cancel(): only interrupts a running task (not concurrent calls)
         if executor.state is State.RUNNING and executor.calls is None:

@@ -50,6 +50,7 @@ class Executor:
         self.log_files = False          # stdout and stderr are this worker's log files (see worker._log_to_files)
         self.log_start: tuple | None = None   # (task id, stdout's size, stderr's) when that task started
         self.setup_error: str | None = None   # why the runtime_env's setup hook failed in this process
+        self.post_mortem = None   # called with a failed call's traceback (worker._post_mortem)
 
     def run(self, spec: TaskSpec, fn_bytes: bytes | None, deps: dict, assigned: dict, accel: dict):
         if self.setup_error is not None:   # nothing runs here: a task fails, an actor dies (as in Ray)
@@ -170,9 +171,8 @@ class Executor:
                 print(e.code, file=sys.stderr)
             # exit code 0 ends an actor for good (as exit_actor); any other is a crash: restarts apply
             self._exit(code, f"{spec.name} called sys.exit()" if code == 0 and self.actor is not None else None)
-        if os.environ.get("RAY_DEBUG_POST_MORTEM") == "1" and isinstance(e, Exception):   # as Ray's
-            from raylite.util import rpdb
-            rpdb.post_mortem(e.__traceback__)
+        if self.post_mortem is not None and isinstance(e, Exception):
+            self.post_mortem(e.__traceback__)
         return [error_result(spec.name, e)] * max(1, len(spec.return_ids))
 
     def _exit(self, code: int, why: str | None) -> None:
