@@ -26,7 +26,8 @@ class State(enum.Enum):
     RUNNING = "running"            # a one-at-a-time call runs: cancel's SIGINT interrupts it
     INTERRUPTED = "interrupted"    # that call got its KeyboardInterrupt (more SIGINTs are ignored)
     DRAINING = "draining"          # asked to exit: concurrent calls still running finish first
-    EXITING = "exiting"            # ending: no further message is read
+    EXITING = "exiting"            # EXIT handled: the loop reads no further message (only the main
+                                   # thread sets it; a call ending the process exits it directly)
 
 
 class ActorExit(BaseException):
@@ -177,7 +178,6 @@ class Executor:
 
     def _exit(self, code: int, why: str | None) -> None:
         """End this worker now (from any thread); `why`: the actor ends for good, for this reason."""
-        self.state = State.EXITING
         if code == 0 and why is not None:   # exit_actor() or __ray_terminate__: a graceful end
             self.end_gracefully()
         if why is not None:
