@@ -1,7 +1,9 @@
 """The node manager, in the driver: the scheduler and the worker table here; beside it the loop
 and its commands (raylite.core.node_loop), how it fails (raylite.core.failures), the object table
 (raylite.core.object_table), the actors' lifecycle (raylite.core.actors), the workers' output
-(raylite.core.output) and messages (raylite.core.worker_messages). One lock guards all of it.
+(raylite.core.output), its messages (raylite.core.worker_messages), its workers' lifecycle
+(raylite.core.worker_lifecycle), cancel (raylite.core.cancellation), placement groups
+(raylite.core.group_lifecycle) and streams (raylite.core.stream_serving). One lock guards all of it.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from raylite.core.output import WorkerOutput
 from raylite.core.reader import ProducerReading
 from raylite.core.protocol import Channel, TaskSpec, spec_to_wire
 from raylite.core.serialization import Serialized, error_value
+from raylite.core.stream_serving import StreamServing
 from raylite.core.resources import SCALE, NodeResources, from_fixed
 from raylite.core.segment_pool import SegmentPool
 from raylite.core.worker_messages import WorkerMessages
@@ -50,7 +53,8 @@ def _queue_key(spec: TaskSpec) -> tuple:
 DEAD_WORKERS_KEPT = 1000   # list_workers shows the last ones that ended, as Ray keeps dead workers
 
 
-class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, ActorLifecycle, WorkerOutput, ProducerReading, EnvSetup, WorkerMessages):
+class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServing, ActorLifecycle, WorkerOutput,
+           ProducerReading, EnvSetup, WorkerMessages):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
                  log_dir: str | None = None, logging: dict | None = None, labels: dict | None = None):
@@ -484,34 +488,6 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, ActorLifecyc
     def _owned_by(self, spec: TaskSpec, w: WorkerProc) -> None:
         if spec.kind == "actor_create" and spec.actor_id in self.actors:
             self.actors[spec.actor_id].owner = w.index
-
-    def _msg_item(self, w: WorkerProc, completion_id: int, index: int, value) -> None:
-        """A generator task yielded a value: store it, and hand it to a caller waiting for it."""
-        stream = self.table.streams.get(completion_id)
-        if stream is None or index < len(stream.items):   # gone, or a retried task yields it again
-            segments.unlink_segments(name for name, _ in value.segments())
-            return
-        oid = streams.item_id(completion_id, index)
-        self.table.put(oid, value)   # its one count is the stream's until a caller takes the ref
-        stream.items.append(oid)
-        self._answer(completion_id, stream.wake())
-
-    def stream_next(self, completion_id: int, index: int, reply) -> bool:
-        """A caller's ObjectRefGenerator wants value `index` (see raylite.core.streams); False
-        when the reply has to wait for the task."""
-        stream = self.table.streams.get(completion_id)
-        found = stream.answer(index) if stream is not None else ("end",)
-        if found is None:
-            stream.waiting.append((index, reply))
-            return False
-        self._answer(completion_id, [(reply, found)])
-        return True
-
-    def _answer(self, completion_id: int, due: list) -> None:
-        for reply, found in due:
-            if found[0] == "error":   # the caller gets a ref to the failed task's result
-                self.table.addref(completion_id)
-            reply(found)
 
     def _lend_cpu(self, w: WorkerProc) -> None:
         """A task blocked in get, wait or next gives its CPU back, so nested work cannot deadlock.
