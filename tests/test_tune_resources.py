@@ -70,7 +70,7 @@ def test_repeater_runs_each_config_repeat_times(ray2, tmp_path):
     assert [c["__trial_index__"] for c in configs] == [0, 1, 2] * 2
     assert len({c["x"] for c in configs[:3]}) == 1 and len({c["x"] for c in configs[3:]}) == 1
     assert configs[0]["x"] != configs[3]["x"]
-    assert len(a.study.trials) == 6 and all(t.state.name == "COMPLETE" for t in a.study.trials)
+    assert len(a.study.trials) == 2 and all(t.state.name == "COMPLETE" for t in a.study.trials)
     b = tune.run(trainable, config={"x": tune.uniform(0, 1)}, num_samples=2, storage_path=str(tmp_path), name="b",
                  search_alg=Repeater(BasicVariantGenerator(), repeat=2, set_index=False), verbose=0)
     assert all("__trial_index__" not in t.config for t in b.trials)

@@ -66,15 +66,24 @@ def open_experiment(r) -> None:
     st.save_meta(r.meta)
     if not existing:
         return
+    groups: dict = {}   # a Repeater's groups: (first, size) -> [members], the shared Optuna trial
     for t in st.load_trials():
         r.trials.append(t)
         r.by_id[t.trial_id] = t
         if t.status == ERROR and r.errored:
             reopen_errored(r, t)
+        group = groups.setdefault(tuple(t.optuna["group"]), [[], None]) if t.optuna.get("group") else None
+        if group is not None:
+            group[0].append(t)
         if t.is_finished:
-            restore_finished(r, t)
+            if group is None:
+                restore_finished(r, t)
         else:
-            restore_unfinished(r, t)
+            group_ot = restore_unfinished(r, t, group[1] if group else None)
+            if group is not None:
+                group[1] = group_ot
+    for (first, size), (members, ot) in groups.items():
+        restore_group(r, first, size, members, ot)
     if r.reporter.verbose:
         done = sum(t.is_finished for t in r.trials)
         r.reporter._print(f"Resuming {r.name}: {done} finished trials kept, {len(r.pending)} to "
@@ -117,14 +126,44 @@ def reopen_errored(r, t: Trial) -> None:
             t.optuna.pop(key, None)
 
 
-def restore_unfinished(r, t: Trial) -> None:
-    ot = r.searcher.restore(r.study, t.optuna.get("params", {}), t.optuna.get("distributions", {}))
-    ot.set_user_attr("trial_id", t.trial_id)
-    for step, value in sorted((int(k), v) for k, v in (t.optuna.get("intermediate") or {}).items()):
-        ot.report(value, step)
+def restore_unfinished(r, t: Trial, ot=None):
+    """Queue the trial to restart, with a new Optuna trial of its params (or `ot`: its group's)."""
+    if ot is None:
+        ot = r.searcher.restore(r.study, t.optuna.get("params", {}), t.optuna.get("distributions", {}))
+        group = t.optuna.get("group")   # a group's Optuna trial is its first repeat's
+        ot.set_user_attr("trial_id", f"{r.exp_tag}_{group[0]:05d}" if group else t.trial_id)
+        for step, value in sorted((int(k), v) for k, v in (t.optuna.get("intermediate") or {}).items()):
+            ot.report(value, step)
     t.optuna_trial = ot
     t.status, t.restored = PENDING, True
     r.pending.append(t)
+    return ot
+
+
+def restore_group(r, first: int, size: int, members: list, ot) -> None:
+    """A Repeater's group after a resume: told again (the mean recomputed from its repeats' own
+    records) if every repeat had ended; else its unfinished repeats share `ot` and tell it when the
+    last ends. Repeats the killed driver had not created yet join it (Repeater.resume_group)."""
+    primary = f"{r.exp_tag}_{first:05d}"
+    if ot is None and len(members) == size:
+        state, value = group_outcome(members)
+        o = members[0].optuna
+        frozen = optuna.trial.create_trial(
+            state=state, params=o.get("params", {}),
+            **{"values" if isinstance(value, list) else "value": value},
+            distributions={k: optuna.distributions.json_to_distribution(v) for k, v in o["distributions"].items()},
+            system_attrs=next((m.optuna["system_attrs"] for m in members if m.optuna.get("system_attrs")), {}),
+            user_attrs={"trial_id": primary})
+        if primary not in r.told:
+            r.study.add_trial(frozen)
+        r.mirror.add(frozen)
+        return
+    if len(members) < size:
+        if ot is None:
+            o = members[0].optuna
+            ot = r.searcher.restore(r.study, o.get("params", {}), o.get("distributions", {}))
+            ot.set_user_attr("trial_id", primary)
+        r.searcher.resume_group(first, members[0].config, ot)
 
 
 def experiment_tag(r, trial: Trial) -> str:
@@ -178,21 +217,72 @@ def rewind(r, trial: Trial) -> session.Checkpoint | None:
     return ckpt
 
 
-def tell(r, trial: Trial, state: TrialState) -> None:
+def _value(r, trial: Trial):
+    """The trial's last metric value (a list, one per objective), or None if not all finite."""
     objectives = r.searcher.objectives
-    if objectives:   # multi-objective: one value per metric, all finite, or the trial failed
+    if objectives:
         values = [lookup(trial.last_result, m) for m, _ in objectives]
-        value = [float(v) for v in values] if all(is_finite(v) for v in values) else None
-    else:
-        value = lookup(trial.last_result, r.metric) if r.metric else None
-    finite = value is not None and (objectives or is_finite(value))
-    if state == TrialState.COMPLETE and not finite:
+        return [float(v) for v in values] if all(is_finite(v) for v in values) else None
+    value = lookup(trial.last_result, r.metric) if r.metric else None
+    return float(value) if is_finite(value) else None
+
+
+def tell(r, trial: Trial, state: TrialState) -> None:
+    """Tell the study how the trial ended. A repeat of a Repeater group records its own end
+    (state, value) and the group's shared Optuna trial is told once, when its last repeat ends."""
+    value = _value(r, trial)
+    if trial.optuna.get("group"):
+        trial.optuna.update(state=state.name, value=value)
+        members = _ended_group(r, trial)
+        if members is not None:
+            _tell(r, trial, *group_outcome(members), own=False)
+        return
+    if state == TrialState.COMPLETE and value is None:
         state = TrialState.FAIL   # Optuna needs a value for a complete trial
+    _tell(r, trial, state, value, own=True)
+
+
+def _tell(r, trial: Trial, state: TrialState, value, own: bool) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        told = (value if objectives else float(value)) if state == TrialState.COMPLETE else None
-        frozen = r.study.tell(trial.optuna_trial, told, state=state)
+        frozen = r.study.tell(trial.optuna_trial, value if state == TrialState.COMPLETE else None, state=state)
     # system_attrs hold the pruner's records (ASHA's rung values), which trials after a resume compete with
-    told = frozen.values if objectives else frozen.value   # a list for several objectives
-    trial.optuna.update(state=frozen.state.name, value=told, system_attrs=dict(frozen.system_attrs))
+    trial.optuna.update(system_attrs=dict(frozen.system_attrs))
+    if own:   # a group's repeats keep their own values (a resume recomputes the group's from them)
+        trial.optuna.update(state=frozen.state.name, value=frozen.values if r.searcher.objectives else frozen.value)
     r.mirror.add(frozen)
+
+
+def _ended_group(r, trial: Trial) -> list | None:
+    """The trial's group once every repeat of it has ended (one that never will, withdrawn as the
+    experiment stopped, is left out), else None."""
+    first, size = trial.optuna["group"]
+    members = [m for m in (r.by_id.get(f"{r.exp_tag}_{i:05d}") for i in range(first, first + size)) if m]
+    if len(members) < size and not r.stopping:
+        return None
+    return members if all(m.is_finished and "state" in m.optuna for m in members) else None
+
+
+def group_outcome(members: list) -> tuple[TrialState, object]:
+    """Ray's Repeater: the mean of the repeats' values (per objective), those without one left
+    out (np.nanmean); none at all: the group failed."""
+    values = [m.optuna.get("value") for m in members if m.optuna.get("value") is not None]
+    if not values:
+        return TrialState.FAIL, None
+    if isinstance(values[0], list):
+        return TrialState.COMPLETE, [sum(col) / len(col) for col in zip(*values)]
+    return TrialState.COMPLETE, sum(values) / len(values)
+
+
+def discard(r, trial: Trial) -> None:
+    """A trial withdrawn before it began (the experiment stopped) fails its Optuna trial; one of a
+    group leaves it to the repeats that ran, told now if they all have ended."""
+    if not trial.optuna.get("group"):
+        r.study.tell(trial.optuna_trial, state=TrialState.FAIL)
+        return
+    first, size = trial.optuna["group"]
+    if not any(r.by_id.get(f"{r.exp_tag}_{i:05d}") for i in range(first, first + size)):
+        r.study.tell(trial.optuna_trial, state=TrialState.FAIL)
+    elif not any(t.optuna.get("group") == [first, size] for t in r.pending) and \
+            (members := _ended_group(r, trial)) is not None:   # the last of them withdrawn tells it
+        _tell(r, trial, *group_outcome(members), own=False)

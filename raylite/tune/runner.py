@@ -276,7 +276,8 @@ class TrialRunner:
         index = len(self.trials)
         config, ot = self.searcher.suggest(self.study, index)
         tid = f"{self.exp_tag}_{index:05d}"
-        ot.set_user_attr("trial_id", tid)
+        if "trial_id" not in ot.user_attrs:   # a later repeat (Repeater) shares its group's first trial
+            ot.set_user_attr("trial_id", tid)
         resources = placement.config_resources(self, config) if self.resource_fn else self.resources
         trial = Trial(tid, index, config, "", resources, self.trainable_name)
         self.scheduler.on_trial_add(trial)
@@ -286,6 +287,9 @@ class TrialRunner:
         trial.path = self.storage.trial_dir(records.dirname(self, trial))
         trial.optuna = {"params": dict(ot.params), "number": ot.number,
                         "distributions": {k: distribution_to_json(v) for k, v in ot.distributions.items()}}
+        group = self.searcher.group(index, self.total_trials)
+        if group is not None:
+            trial.optuna["group"] = list(group)
         trial.optuna_trial = ot
         self.storage.create_trial(trial)
         self.trials.append(trial)
@@ -430,7 +434,7 @@ class TrialRunner:
             self.pending.remove(trial)
         self.trials.remove(trial)
         del self.by_id[trial.trial_id]
-        self.study.tell(trial.optuna_trial, state=TrialState.FAIL)
+        records.discard(self, trial)
         shutil.rmtree(trial.path, ignore_errors=True)
 
     def _finalize(self, trial: Trial, outcome) -> None:

@@ -91,6 +91,14 @@ class Searcher:
             study.enqueue_trial(params)
         return study.ask(dists)
 
+    def group(self, index: int, total: int | None) -> tuple[int, int] | None:
+        """(first index, size) of the trials that share the index-th one's Optuna trial and are
+        told as one (Repeater); None: it has its own."""
+        return None
+
+    def resume_group(self, first: int, config: dict, trial) -> None:
+        """A resumed experiment's last group, short of repeats, goes on with this config and trial."""
+
     def _encode_point(self, point: dict) -> dict:
         from raylite.tune.metrics import flatten
         domains = {path_name(p): d for p, d in self.space.domains}
