@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
+import warnings
 
 from optuna import pruners
 
@@ -95,7 +96,9 @@ class OptunaPruner(TrialScheduler):
             last = trial.optuna.setdefault("last_step", -1)
             if s > last and self.decides_at(trial, s):   # Optuna keeps the first value of a step
                 trial.optuna["last_step"] = s
-                ot.report(float(value), s)
+                with warnings.catch_warnings():   # a Repeater's repeats share one Optuna trial: the
+                    warnings.filterwarnings("ignore", message=".*is already reported")   # first's value stands
+                    ot.report(float(value), s)
                 trial.optuna.setdefault("intermediate", {})[str(s)] = float(value)
                 if ot.should_prune():
                     self.num_pruned += 1
