@@ -1,7 +1,8 @@
 """The experiment's records on disk, for the runner (runner.py): its name, opening or resuming it
 (finished trials told to the study again, unfinished ones queued to restart), trial names and
 directories, where a restarting trial picks up (its checkpoint, its results up to it), and
-telling the study how a trial ended (one value, or one per objective)."""
+telling the study how a trial ended (one value, or one per objective; a Repeater's group of
+repeats once, their mean, when the last ends)."""
 from __future__ import annotations
 
 import contextlib

@@ -8,7 +8,8 @@ value (it errored before reporting) is left out of the mean, as Ray's nanmean le
 value at all the Optuna trial fails. An experiment that stops (time budget, a stopper) tells a
 group of what its repeats that ran gave; a resumed one recomputes the told groups from the
 repeats' own records (each trial.json keeps its repeat's value) and lets the unfinished ones share
-one Optuna trial again.
+one Optuna trial again. A pruner (ASHA) judges the shared trial on its first repeat's value at
+each step, so a config's repeats go on or stop alike (Ray's schedulers judge each repeat).
 """
 from __future__ import annotations
 
