@@ -263,6 +263,8 @@ def submit(target, wrapped, args: tuple, kwargs: dict, options: dict):
     ray = _ray()
     remote = target.__dict__.get("_ray_remote")
     if remote is None:
+        if isinstance(wrapped, type):
+            _declare_call_options(wrapped)
         base = target._options
         remote = ray.remote(**_ray_options(base))(wrapped) if base else ray.remote(wrapped)
         target._ray_remote = remote
@@ -271,6 +273,35 @@ def submit(target, wrapped, args: tuple, kwargs: dict, options: dict):
     _share_by_value()
     with _Translated():
         return remote.remote(*args, **kwargs)
+
+
+def _declare_call_options(cls: type) -> None:
+    """``@ray.method(max_task_retries=..., retry_exceptions=...)`` as Ray reads them (its own
+    attributes on the method): raylite's decorator keeps them in ``__ray_call_options__``, which
+    Ray does not know, so an actor's calls were never retried on their exceptions."""
+    for name in dir(cls):
+        declared = getattr(getattr(cls, name, None), "__ray_call_options__", None)
+        if declared is None:
+            continue
+        fn = getattr(cls, name)
+        if "max_task_retries" in declared:
+            fn.__ray_max_task_retries__ = declared["max_task_retries"]
+        retry_on = declared.get("retry_exceptions")
+        if retry_on is not None:
+            fn.__ray_retry_exceptions__ = retry_on if isinstance(retry_on, bool) else [_by_name(retry_on)]
+
+
+class _NamedTypes(type):
+    """An exception type that an error is an instance of when its class or a base has one of
+    ``names`` ("module.Name", as raylite's specs carry retry_exceptions: classes defined in a
+    function travel as names where the class itself would not load)."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return any(f"{c.__module__}.{c.__name__}" in cls.names for c in type(obj).__mro__)
+
+
+def _by_name(names: tuple) -> type:
+    return _NamedTypes("RetryOn", (Exception,), {"names": frozenset(names)})
 
 
 def util():
