@@ -233,6 +233,7 @@ def test_worker_exit_with_max_retries_0_fails_at_once(ray_start):
     assert ray.get(still_works.remote()) == "ok"
 
 
+@pytest.mark.local_only("Ray's ActorDiedError text does not name the sys.exit() call")
 def test_sys_exit_ends_the_worker_not_the_driver(ray_start, tmp_path):
     """sys.exit() in user code ends that worker, as in Ray: a task is retried and then fails with
     WorkerCrashedError; an actor restarts after a non-zero code and ends for good after 0. Before,
@@ -620,6 +621,7 @@ def test_cancel_right_after_submit_interrupts_a_task_that_has_not_started_yet(ra
             ray.get(ref, timeout=10)
 
 
+@pytest.mark.local_only("Ray's get raises TaskCancelledError at once, not after the task's own cleanup")
 def test_a_task_that_catches_the_interrupt_to_clean_up_is_interrupted_once(ray_start, tmp_path):
     log = tmp_path / "log"
 
@@ -806,6 +808,7 @@ def test_infeasible_actor_warns_and_does_not_hang(ray_init):
     assert time.monotonic() - t0 < 5
 
 
+@pytest.mark.local_only("on Ray the cancelled parent's child keeps its CPU until it ends")
 def test_cancel_is_recursive_by_default(ray_init):
     ray_init(num_cpus=1)
 
