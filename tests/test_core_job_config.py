@@ -34,6 +34,7 @@ def test_inits_own_arguments_win(ray_init):
     assert ray.get(who.remote()) == "init" and ray.get_runtime_context().namespace == "init-ns"
 
 
+@pytest.mark.local_only("on Ray the job's LoggingConfig installs Ray's own formatter")
 def test_a_logging_config_set_on_the_job_applies(ray_init):
     import logging
     config = JobConfig()

@@ -9,6 +9,7 @@ from raylite.util.scheduling_strategies import (DoesNotExist, Exists, In, NodeAf
 from raylite.util.state import list_nodes
 
 
+@pytest.mark.local_only("list_nodes: Ray's state API needs Ray's dashboard")
 def test_node_labels_are_visible_everywhere(ray_init):
     ray_init(labels={"zone": "eu-1", "example.com/tier": "batch"})
 
@@ -60,6 +61,7 @@ def test_strategies_this_node_meets_run(ray_init):
     ({"scheduling_strategy": NodeLabelSchedulingStrategy({"gpu": Exists()})}, "'gpu' is set, but this node has no"),
     ({"scheduling_strategy": NodeAffinitySchedulingStrategy("ab" * 14, soft=False)}, "asks for node 'abab"),
 ])
+@pytest.mark.local_only("Ray logs the warning and leaves the task pending (an autoscaler may add a node)")
 def test_a_selection_this_node_never_meets_is_infeasible(ray_init, options, why):
     ray_init(labels={"zone": "eu-1"})
 
@@ -74,6 +76,7 @@ def test_a_selection_this_node_never_meets_is_infeasible(ray_init, options, why)
     assert ray.get(one.remote()) == 1   # the node is fine
 
 
+@pytest.mark.local_only("Ray logs the warning and leaves the actor pending (an autoscaler may add a node)")
 def test_an_actor_this_node_never_meets_is_dead_with_the_reason(ray_init):
     ray_init()
 

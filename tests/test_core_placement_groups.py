@@ -151,13 +151,14 @@ def test_removing_a_group_fails_its_queued_and_running_tasks(ray_init, tmp_path)
     assert not ready
     remove_placement_group(pg)
     for ref in (running, queued):
-        with pytest.raises(ray.exceptions.TaskPlacementGroupRemoved, match="placement group was removed"):
+        with pytest.raises(ray.exceptions.TaskPlacementGroupRemoved, match="group (was|corresp.* has been) removed"):
             ray.get(ref, timeout=10)
     with pytest.raises(ray.exceptions.InfeasibleTaskError, match="removed"):
         ray.get(quick.options(scheduling_strategy=in_bundle(pg)).remote())
     assert ray.available_resources()["CPU"] == 2.0
 
 
+@pytest.mark.local_only("Ray leaves a group that cannot be placed pending (an autoscaler may add a node)")
 def test_what_can_never_be_placed_is_a_clear_error(ray_init):
     ray_init(num_cpus=2)
     with pytest.raises(ValueError, match="STRICT_SPREAD"):

@@ -42,6 +42,7 @@ def test_a_context_kept_past_shutdown_gives_no_stale_ids():
     assert not ray.is_initialized()   # none of these started it again
 
 
+@pytest.mark.local_only("Ray's RuntimeContext has no get_dashboard_url")
 def test_get_dict_gives_id_objects_with_hex_and_warns(ray_start):
     @ray.remote
     def inside():
