@@ -50,7 +50,7 @@ def test_strategies_this_node_meets_run(ray_init):
     assert ray.get(one.options(scheduling_strategy=NodeLabelSchedulingStrategy({"zone": NotIn("us-1")})).remote()) == 1
     this_node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     assert ray.get(one.options(scheduling_strategy=this_node).remote()) == 1
-    assert ray.get(one.options(scheduling_strategy=NodeAffinitySchedulingStrategy("ab" * 14, soft=True)).remote()) == 1
+    assert ray.get(one.options(scheduling_strategy=NodeAffinitySchedulingStrategy("ab" * 28, soft=True)).remote()) == 1
     assert ray.get(one.options(scheduling_strategy="SPREAD").remote()) == 1
 
 

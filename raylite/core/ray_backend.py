@@ -320,7 +320,10 @@ def timeline(filename: str | None):
 
 
 def _ray_options(options: dict) -> dict:
-    """raylite's scheduling strategy objects (raylite.util.scheduling_strategies) as Ray's."""
+    """raylite's scheduling strategy objects (raylite.util.scheduling_strategies) as Ray's, and
+    label selectors in Ray's spelling."""
+    if options.get("label_selector"):
+        options = {**options, "label_selector": _ray_selector(options["label_selector"])}
     strategy = options.get("scheduling_strategy")
     if type(strategy).__module__ not in ("raylite.core.placement_groups", "raylite.core.labels"):
         return options
@@ -336,6 +339,16 @@ def _ray_options(options: dict) -> dict:
     else:
         strategy = theirs.NodeAffinitySchedulingStrategy(strategy.node_id, strategy.soft)
     return {**options, "scheduling_strategy": strategy}
+
+
+_LIST_SPACES = re.compile(r"\s*([(),])\s*")
+
+
+def _ray_selector(selector: dict) -> dict:
+    """``in(us-1, eu-1)`` as ``in(us-1,eu-1)``: Ray keeps the spaces as part of the values (so
+    nothing matches and the task waits forever); the local runtime drops them."""
+    return {key: _LIST_SPACES.sub(r"\1", value) if isinstance(value, str) else value
+            for key, value in selector.items()}
 
 
 def _share_by_value() -> None:
