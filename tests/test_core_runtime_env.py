@@ -42,6 +42,7 @@ def test_task_env_vars_merge_over_the_job_and_are_inherited(ray_init):
     assert ray.get(nested_read.options(runtime_env=env).remote("B_VAR")) == "task"   # inherited
 
 
+@pytest.mark.local_only("Ray takes a local working_dir or py_modules path only in init(), not per task or actor")
 def test_variables_are_set_before_user_code_imports(ray_init, tmp_path):
     (tmp_path / "reads_at_import.py").write_text("import os\nSEEN = os.environ.get('RAYLITE_T_IMPORT')\n")
     ray_init(num_cpus=1)
@@ -55,6 +56,7 @@ def test_variables_are_set_before_user_code_imports(ray_init, tmp_path):
     assert seen == "early" and os.path.isfile(os.path.join(cwd, "reads_at_import.py"))   # (in its copy)
 
 
+@pytest.mark.local_only("Ray takes a local working_dir or py_modules path only in init(), not per task or actor")
 def test_py_modules_make_a_package_importable(ray_init, tmp_path):
     pkg = tmp_path / "raylite_t_pkg"
     pkg.mkdir()
@@ -72,6 +74,7 @@ def test_py_modules_make_a_package_importable(ray_init, tmp_path):
     assert ray.get(use.remote()) == 42
 
 
+@pytest.mark.local_only("${VAR} expands against the Ray cluster's environment, not the driver's")
 def test_env_vars_expand_against_the_workers_environment(ray_init, monkeypatch):
     monkeypatch.setenv("RAYLITE_T_BASE", "/base")   # the worker's environment is the driver's at init
     monkeypatch.delenv("RAYLITE_T_UNSET", raising=False)
@@ -112,6 +115,7 @@ def test_setup_hook_runs_once_in_each_worker_before_its_work(ray_init, tmp_path)
     assert logging.getLogger().level == driver_level   # not run in the driver, as in Ray
 
 
+@pytest.mark.local_only("Ray takes a local working_dir or py_modules path only in init(), not per task or actor")
 def test_setup_hook_by_name_is_imported_in_the_worker(ray_init, tmp_path):
     (tmp_path / "raylite_t_hooks.py").write_text("import os\n\ndef setup():\n"
                                                  "    os.environ['RAYLITE_T_HOOKED'] = 'yes'\n")
@@ -125,6 +129,7 @@ def _failing_hook():
     raise ValueError("Setup Failed")
 
 
+@pytest.mark.local_only("Ray takes a callable worker_process_setup_hook only in init(), not per task or actor")
 def test_a_failing_setup_hook_fails_the_work_naming_it(ray_start):
     with pytest.raises(ray.exceptions.RuntimeEnvSetupError,
                        match="(?s)Failed to execute the setup hook method '_failing_hook'.*Setup Failed"):
@@ -145,6 +150,7 @@ def test_a_failing_setup_hook_fails_the_work_naming_it(ray_start):
         read_env.options(runtime_env={"worker_process_setup_hook": lambda: print(lock)}).remote("X")
 
 
+@pytest.mark.local_only("Ray keeps its working_dir copy in its session directory")
 def test_working_dir_runs_in_a_copy_without_excluded_files(ray_init, tmp_path):
     src = tmp_path / "project"
     for path, text in {"main_mod.py": "VALUE = 1\n", "data/big.bin": "x", "notes/a.log": "log", "notes/keep.txt": "k",
@@ -172,6 +178,7 @@ def test_working_dir_runs_in_a_copy_without_excluded_files(ray_init, tmp_path):
     assert not os.path.exists(cwd)   # the session's copies go with it
 
 
+@pytest.mark.local_only("Ray takes a local working_dir or py_modules path only in init(), not per task or actor")
 def test_working_dir_over_the_size_limit_fails_the_work(ray_init, tmp_path, monkeypatch):
     (tmp_path / "big.bin").write_bytes(b"x" * 4096)
     monkeypatch.setenv("RAY_max_grpc_message_size", "1000")   # Ray's limit (512 MiB unless set)
@@ -182,6 +189,7 @@ def test_working_dir_over_the_size_limit_fails_the_work(ray_init, tmp_path, monk
     assert ray.get(read_env.options(runtime_env=env).remote("X"), timeout=30) is None
 
 
+@pytest.mark.local_only("Ray takes a local working_dir or py_modules path only in init(), not per task or actor")
 def test_py_modules_are_copied_alone(ray_init, tmp_path):
     pkg = tmp_path / "raylite_t_copied"
     pkg.mkdir()
@@ -258,6 +266,7 @@ def offline_pip(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.local_only("Ray's pip plugin builds a virtualenv (needs the package), with its own errors")
 def test_pip_packages_are_installed_for_the_task_that_asks_only(ray_start, offline_pip):
     wheel = make_wheel(offline_pip, "raylite_probe_pkg", "1.0", "VALUE = 42\n")
 
@@ -289,6 +298,7 @@ def test_pip_packages_are_installed_for_the_task_that_asks_only(ray_start, offli
     assert sorted(os.listdir(offline_pip / "envs")) == envs
 
 
+@pytest.mark.local_only("Ray's pip plugin builds a virtualenv (needs the package), with its own errors")
 def test_a_failed_install_fails_the_work_with_the_installers_words(ray_start, offline_pip):
     @ray.remote
     def never():
@@ -324,6 +334,7 @@ def _children_running(word: str) -> list[int]:
     return pids
 
 
+@pytest.mark.local_only("Ray's pip plugin builds a virtualenv (needs the package), with its own errors")
 def test_a_hung_install_times_out_and_shutdown_stops_the_installer(ray_init, offline_pip, monkeypatch,
                                                                    wait_until, wait_pids_gone):
     import socket
