@@ -37,10 +37,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-# The zygote would preload the torch, numpy and Lightning this process imports for every test's
-# init() (seconds each); tests/test_core_preload.py turns it on where it is the subject.
-os.environ.setdefault("RAYLITE_AUTO_PRELOAD", "0")
-
 CORE_TEST_PREFIX = "test_core_"
 DEFAULT_CORE_TIMEOUT_S = 60
 SHM_GLOB = "/dev/shm/raylite-*"

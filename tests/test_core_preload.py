@@ -1,6 +1,5 @@
 """The zygote preloads the heavy, device-free modules the driver has imported (numpy, pandas,
-torch, Lightning), so fresh workers fork with them loaded; RAYLITE_AUTO_PRELOAD=0 turns it off.
-(conftest turns it off for the rest of the suite, whose process imports torch early.)"""
+torch, Lightning) when RAYLITE_AUTO_PRELOAD=1, so fresh workers fork with them loaded; unset or 0 is off."""
 import os
 import sys
 
@@ -11,10 +10,11 @@ from raylite.core.zygote import AUTO_PRELOAD, preload_names
 
 def test_names_are_the_explicit_ones_then_the_imported_allowlisted_ones():
     modules = {"torch": 1, "numpy": 1, "scipy": 1, "lightning.pytorch": 1}
-    assert preload_names("", "", modules) == "numpy,torch,lightning.pytorch"
+    assert preload_names("", "1", modules) == "numpy,torch,lightning.pytorch"
+    assert preload_names("", "", modules) == ""   # off unless asked
     assert preload_names(" mylib, torch ", "1", modules) == "mylib,torch,numpy,lightning.pytorch"
     assert preload_names("mylib", "0", modules) == preload_names("mylib", "off", modules) == "mylib"
-    assert preload_names("", "", {"scipy": 1, "json": 1}) == ""   # only the allowlist
+    assert preload_names("", "1", {"scipy": 1, "json": 1}) == ""   # only the allowlist
     assert "scipy" not in AUTO_PRELOAD
 
 
