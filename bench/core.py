@@ -12,8 +12,9 @@ figure into OUTFILE; the parent prints the table (a crash or timeout keeps the f
 Any importable module with Ray's API can be passed as `--backend NAME` (handy for testing).
 Ray is never required; `-v` shows the children's own output.
 """
-import argparse, json, os, signal, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, statistics, subprocess, sys, time
 from time import perf_counter
+import children  # bench/children.py: this script's folder is on sys.path
 
 MB = 1e6
 N_BYTES = 100 * 1_000_000  # the "100 MB" float64 array
@@ -313,39 +314,8 @@ def startup(module, init_kwargs):
 
 def run_child(module, args):
     """Run one backend in a fresh process (own session, so leftovers can be killed); return results."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    env.pop("PYTHONDONTWRITEBYTECODE", None)   # measure with bytecode caching, as a normal install has
-    with tempfile.TemporaryDirectory(prefix="bench-core-") as tmp:
-        res_path, log_path = os.path.join(tmp, "results.jsonl"), os.path.join(tmp, "child.log")
-        with open(log_path, "w") as log:
-            sink = None if args.verbose else log
-            p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--_child", module, res_path,
-                                  "--seconds", str(args.seconds)], cwd=root, env=env,
-                                 stdout=sink, stderr=sink, start_new_session=True)
-            try:
-                rc = p.wait(timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                rc = f"timed out after {args.timeout} s"
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # the child's own process group: leftover workers
-            except (ProcessLookupError, PermissionError):
-                pass
-            p.wait()
-        results = {}
-        if os.path.exists(res_path):
-            with open(res_path) as f:
-                for line in f:
-                    r = json.loads(line)
-                    results[r["key"]] = f"error: {r['error']}" if r["error"] else r["value"]
-        if rc != 0:
-            print(f"[{module}] child exited: {rc}", file=sys.stderr)
-            if not args.verbose:
-                with open(log_path) as f:
-                    sys.stderr.write("".join(f.readlines()[-30:]))
-            for k, *_ in FIGURES:
-                results.setdefault(k, f"error: not measured (child {rc})")
-        return results
+    return children.run_child(__file__, module, ["--seconds", args.seconds], [k for k, *_ in FIGURES],
+                              args.timeout, args.verbose)
 
 DIGITS = {"s": 3, "ms": 2, "GB/s": 2, "x": 2, "MB": 1, "/s": 0, "": 0}
 

@@ -14,8 +14,9 @@ argument; actor calls (n/a where the peer has no actors); put + get of the array
 in-process copy. The raw pipe round trip between two processes is the ceiling for "result each".
 Each cell shows its figure and, in brackets, its speed relative to the best peer (1.00 = best).
 """
-import argparse, importlib.util, json, os, signal, subprocess, sys, tempfile
+import argparse, importlib.util, json, os, sys
 from time import perf_counter
+import children  # bench/children.py: this script's folder is on sys.path
 
 PEERS = {   # name: (column, module that must be importable)
     "raylite": ("raylite", "raylite"),
@@ -316,39 +317,9 @@ def pipe_round_trips(n, rounds):
 # ---------------------------------------------------------------- parent side
 def run_child(name, args):
     """One peer in a fresh process in its own session (what it leaves running is killed)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    env.pop("PYTHONDONTWRITEBYTECODE", None)   # measure with bytecode caching, as a normal install has
-    with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
-        res_path, log_path = os.path.join(tmp, "results.jsonl"), os.path.join(tmp, "child.log")
-        cmd = [sys.executable, os.path.abspath(__file__), "--_child", name, res_path, "--rounds", str(args.rounds),
-               "--batch", str(args.batch), "--sync", str(args.sync), "--array-mb", str(args.array_mb)]
-        with open(log_path, "w") as log:
-            sink = None if args.verbose else log
-            p = subprocess.Popen(cmd, cwd=root, env=env, stdout=sink, stderr=sink, start_new_session=True)
-            try:
-                rc = p.wait(timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                rc = f"timed out after {args.timeout:g} s"
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            p.wait()
-        results = {}
-        if os.path.exists(res_path):
-            with open(res_path) as f:
-                for line in f:
-                    r = json.loads(line)
-                    results[r["key"]] = f"error: {r['error']}" if r["error"] else r["value"]
-        if rc != 0:
-            print(f"[{name}] child exited: {rc}", file=sys.stderr)
-            if not args.verbose:
-                with open(log_path) as f:
-                    sys.stderr.write("".join(f.readlines()[-30:]))
-            for k, *_ in FIGURES:
-                results.setdefault(k, f"error: not measured (child {rc})")
-        return results
+    return children.run_child(__file__, name, ["--rounds", args.rounds, "--batch", args.batch, "--sync", args.sync,
+                                               "--array-mb", args.array_mb], [k for k, *_ in FIGURES],
+                              args.timeout, args.verbose)
 
 
 DIGITS = {"s": 2, "ms": 1, "GB/s": 2, "x": 2, "/s": 0}
