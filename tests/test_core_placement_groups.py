@@ -142,6 +142,7 @@ def test_an_actors_methods_run_in_its_group_and_capture_their_children(ray_init)
     assert ray.get(trainer.run.remote()) == (pg.id.hex(),) * 2
 
 
+@pytest.mark.local_only("Ray leaves a task sent to a removed group pending, with no error")
 def test_removing_a_group_fails_its_queued_and_running_tasks(ray_init, tmp_path):
     ray_init(num_cpus=2)
     pg = placement_group([{"CPU": 1}])
@@ -151,7 +152,7 @@ def test_removing_a_group_fails_its_queued_and_running_tasks(ray_init, tmp_path)
     assert not ready
     remove_placement_group(pg)
     for ref in (running, queued):
-        with pytest.raises(ray.exceptions.TaskPlacementGroupRemoved, match="group (was|corresp.* has been) removed"):
+        with pytest.raises(ray.exceptions.TaskPlacementGroupRemoved, match="placement group was removed"):
             ray.get(ref, timeout=10)
     with pytest.raises(ray.exceptions.InfeasibleTaskError, match="removed"):
         ray.get(quick.options(scheduling_strategy=in_bundle(pg)).remote())
