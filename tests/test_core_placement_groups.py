@@ -6,6 +6,7 @@ import os
 import pytest
 
 import raylite as ray
+from backend import ON_RAY
 from raylite.util.placement_group import (get_current_placement_group, get_placement_group, placement_group,
                                           placement_group_table, remove_placement_group)
 from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -32,7 +33,7 @@ def in_bundle(pg, index=-1, capture=None):
                                             placement_group_capture_child_tasks=capture)
 
 
-def test_doc_snippet_reserve_then_schedule_an_actor_in_a_bundle(ray_init):
+def test_doc_snippet_reserve_then_schedule_an_actor_in_a_bundle(ray_init, wait_until):
     ray_init(num_cpus=2, num_gpus=2)
     pg = placement_group([{"CPU": 1, "GPU": 1}], strategy="STRICT_PACK")
     assert ray.get(pg.ready(), timeout=10) == pg
@@ -48,9 +49,21 @@ def test_doc_snippet_reserve_then_schedule_an_actor_in_a_bundle(ray_init):
     assert len(ids) == 1 and visible == ids[0]
     assert ray.available_resources()["GPU"] == 1.0   # the actor used the bundle's GPU, not another
     remove_placement_group(pg)
-    with pytest.raises(ray.exceptions.RayActorError):
-        ray.get(actor.devices.remote())
-    assert ray.available_resources()["CPU"] == 2.0 and ray.available_resources()["GPU"] == 2.0
+
+    def actor_dead():
+        try:
+            ray.get(actor.devices.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return True
+        return False
+
+    def all_free():
+        return ray.available_resources().get("CPU") == 2.0 and ray.available_resources().get("GPU") == 2.0
+    if ON_RAY:   # Ray kills a removed group's actors and returns its resources asynchronously
+        wait_until(actor_dead, timeout=20, message="the removed group's actor kept answering")
+        wait_until(all_free, timeout=20, message="the removed group's resources never came back")
+    else:        # the local runtime has done both by the time remove_placement_group returns
+        assert actor_dead() and all_free()
 
 
 def test_tasks_in_a_bundle_share_only_its_resources(ray_init, tmp_path):
