@@ -214,7 +214,7 @@ def test_restore_continues_an_interrupted_experiment(runtime, tmp_path):
 
 # ---------------------------------------------------------------------------- bad input
 def test_bad_input_is_a_clear_error():
-    with pytest.raises(ValueError, match=r"TuneConfig\.mode.*'minimize'"):
+    with pytest.raises(ValueError, match=r"TuneConfig\(mode='minimize'\): mode must be"):
         tune.TuneConfig(mode="minimize")
     with pytest.raises(ValueError, match=r"TuneConfig\.num_samples.*0"):
         tune.TuneConfig(num_samples=0)

@@ -1,7 +1,8 @@
 """Checks of `tune.run`'s arguments that the experiment loop would otherwise trip over only once
 trials run (a `stop=` bound compared with a result, `verbose` with a level, a resource share the
 scheduler counts in units of 1e-4): each is an error naming the field and its value, raised before
-any trial starts. Shared with the Tuner's configs."""
+any trial starts. Shared with the Tuner's configs; `check_mode` is the one "min or max" rule of every
+scheduler, searcher, stopper and result view."""
 from __future__ import annotations
 
 import datetime
@@ -11,11 +12,22 @@ import numbers
 from raylite.tune.progress import UNITS
 
 VERBOSITY = (0, 1, 2, 3)
+MODES = ("min", "max")
 
 
 def is_number(value) -> bool:
     """A real number, not a bool and not NaN."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def check_mode(mode, where: str, field: str = "mode", *, required: bool = False, when: str = "") -> None:
+    """Tune's one rule for a "min or max" argument, in one message shape naming the caller, the
+    field and its value: ``HyperBandScheduler(mode='mn'): mode must be 'min' or 'max'``. None
+    passes unless ``required`` (the experiment's mode applies then); ``when`` says what requires it."""
+    if mode is None and not required:
+        return
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"{where}({field}={mode!r}): {field} must be 'min' or 'max'{when}")
 
 
 def check_stop(stop) -> None:

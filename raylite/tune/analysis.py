@@ -5,6 +5,7 @@ import math
 import os
 import warnings
 
+from raylite.tune._validate import check_mode
 from raylite.tune.metrics import flatten, is_finite, lookup
 from raylite.tune.storage import ExperimentStorage, read_results
 from raylite.tune.trial import SUMMARY_KEYS, Trial, _number
@@ -37,8 +38,7 @@ class ExperimentAnalysis:
         else:
             self.trials = list(trials_or_path)
             self._study, self._study_name = study, getattr(study, "study_name", None)
-        if default_mode not in (None, "min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {default_mode!r}")
+        check_mode(default_mode, "ExperimentAnalysis", "default_mode")
         self.default_metric, self.default_mode = default_metric, default_mode
         self.experiment_path = experiment_path
         self.objectives = [tuple(o) for o in objectives] if objectives else None
@@ -53,15 +53,14 @@ class ExperimentAnalysis:
         if not metric or not mode:
             raise ValueError(f"{what} needs a metric and mode: pass them to tune.run(metric=..., mode=...) "
                              f"or use get_best_trial(metric, mode)")
-        if mode not in ("min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        check_mode(mode, what, required=True)
         return metric, mode
 
     def get_best_trial(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
                        filter_nan_and_inf: bool = True) -> Trial | None:
         """The trial whose `metric` is best: its last value (`scope="last"`), its best ever ("all"),
         its average ("avg") or the average of its last 5 / 10 ("last-5-avg", "last-10-avg")."""
-        metric, mode = self._metric_mode(metric, mode, "get_best_trial()")
+        metric, mode = self._metric_mode(metric, mode, "ExperimentAnalysis.get_best_trial")
         if scope not in _SCOPES:
             raise ValueError(f"scope must be one of {_SCOPES}, got {scope!r}")
         i = SUMMARY_KEYS.index(("max" if mode == "max" else "min") if scope == "all" else scope)
@@ -194,7 +193,7 @@ class ExperimentAnalysis:
         study alone would plot a handful of points. This one ranks trials as `best_trial` does."""
         import optuna
         from optuna.distributions import json_to_distribution
-        metric, mode = self._metric_mode(None, None, "plot()")
+        metric, mode = self._metric_mode(None, None, "ExperimentAnalysis.plot")
         verbosity = optuna.logging.get_verbosity()
         optuna.logging.set_verbosity(optuna.logging.WARNING)   # no "A new study created" line
         try:

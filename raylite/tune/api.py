@@ -226,8 +226,7 @@ def _inner(trainable):
 
 
 def _resolve_metric(searcher, scheduler, metric, mode):
-    if mode not in (None, "min", "max"):
-        raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+    _validate.check_mode(mode, "tune.run")
     for part in (searcher, scheduler):
         for attr, value in (("metric", metric), ("mode", mode)):
             own = getattr(part, attr, None)

@@ -14,6 +14,7 @@ import time
 from collections import defaultdict, deque
 from typing import Callable
 
+from raylite.tune._validate import check_mode
 from raylite.tune.metrics import is_number
 
 __all__ = ["CombinedStopper", "ExperimentPlateauStopper", "FunctionStopper", "MaximumIterationStopper",
@@ -96,9 +97,8 @@ class TrialPlateauStopper(Stopper):
 
     def __init__(self, metric: str, std: float = 0.01, num_results: int = 4, grace_period: int = 4,
                  metric_threshold: float | None = None, mode: str | None = None):
-        if metric_threshold is not None and mode not in ("min", "max"):
-            raise ValueError(f"TrialPlateauStopper: with metric_threshold={metric_threshold!r}, mode must be "
-                             f"'min' or 'max', got {mode!r}")
+        if metric_threshold is not None:   # only a threshold needs a mode (Ray's rule)
+            check_mode(mode, "TrialPlateauStopper", required=True, when=f" with metric_threshold={metric_threshold!r}")
         if not isinstance(num_results, int) or num_results < 1:
             raise ValueError(f"TrialPlateauStopper(num_results=...) must be an integer >= 1, got {num_results!r}")
         self._metric, self._mode, self._std = metric, mode, std
@@ -130,8 +130,7 @@ class ExperimentPlateauStopper(Stopper):
     deviation of at most `std`, for more than `patience` consecutive results."""
 
     def __init__(self, metric: str, std: float = 0.001, top: int = 10, mode: str = "min", patience: int = 0):
-        if mode not in ("min", "max"):
-            raise ValueError(f"ExperimentPlateauStopper(mode=...) must be 'min' or 'max', got {mode!r}")
+        check_mode(mode, "ExperimentPlateauStopper", required=True)
         if not isinstance(top, int) or top <= 1:
             raise ValueError(f"ExperimentPlateauStopper(top=...) must be an integer > 1, got {top!r}")
         if not isinstance(patience, int) or patience < 0:

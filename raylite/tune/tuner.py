@@ -35,7 +35,7 @@ from raylite.tune.api import TuneError, _check_arguments, normalize_resources, r
 from raylite.tune.schedulers import as_scheduler
 from raylite.tune.search import Searcher
 from raylite.tune.session import Checkpoint, with_parameters
-from raylite.tune.metrics import flatten, lookup
+from raylite.tune.metrics import flatten
 from raylite.tune.storage import ExperimentStorage
 from raylite.tune.trainer_trial import TrainerTrainable, default_concurrency, prepare_param_space
 from raylite.tune.trial import ERROR, TERMINATED, Trial
@@ -201,8 +201,7 @@ class TuneConfig:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise TypeError(f"TuneConfig.{name} must be a function trial -> str, got {type(value).__name__}")
-        if self.mode not in (None, "min", "max"):
-            raise ValueError(f"TuneConfig.mode must be 'min' or 'max', got {self.mode!r}")
+        _validate.check_mode(self.mode, "TuneConfig")
         if self.metric is not None and not isinstance(self.metric, str):
             raise TypeError(f"TuneConfig.metric must be a metric name (str), got {self.metric!r}")
         if self.search_alg is not None and not isinstance(self.search_alg, Searcher):
@@ -246,21 +245,6 @@ class Result(_TrainResult):
         except ImportError:
             return None
         return pd.DataFrame([flatten(r) for r in self.metrics_history])
-
-    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
-        """The kept checkpoint whose result has the best `metric` ("a/b" reaches a nested one);
-        checkpoints reported without it are left out. As in Ray, RuntimeError when the trial
-        kept no checkpoint or none has the metric."""
-        if not self.best_checkpoints:
-            raise RuntimeError("No checkpoint exists in the trial directory!")
-        if mode not in ("max", "min"):
-            raise ValueError(f'Unsupported mode: {mode}. Please choose from ["min", "max"]!')
-        valid = [(ckpt, v) for ckpt, m in self.best_checkpoints
-                 if (v := lookup(m, metric)) is not None]
-        if not valid:
-            raise RuntimeError(f"Invalid metric name {metric}! You may choose from the following metrics: "
-                               f"{(self.metrics or {}).keys()}.")
-        return (max if mode == "max" else min)(valid, key=lambda cv: cv[1])[0]
 
 
 def _trial_result(trial: Trial) -> Result:
@@ -320,8 +304,9 @@ class ResultGrid:
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None):
         """One row per trial (its last result, or its best by `filter_metric`/`filter_mode`), with
         config/* columns; pandas."""
-        if filter_metric and filter_mode not in ("min", "max"):
-            raise ValueError(f"filter_mode must be 'min' or 'max' with filter_metric, got {filter_mode!r}")
+        if filter_metric:
+            _validate.check_mode(filter_mode, "ResultGrid.get_dataframe", "filter_mode", required=True,
+                                 when=" with filter_metric")
         return self._analysis.dataframe(metric=filter_metric, mode=filter_mode)
 
     def __len__(self) -> int:

@@ -25,6 +25,7 @@ import warnings
 
 from optuna import pruners
 
+from raylite.tune._validate import check_mode
 from raylite.tune.metrics import is_finite as _finite
 
 CONTINUE, STOP, PRUNE = "CONTINUE", "STOP", "PRUNE"
@@ -80,8 +81,7 @@ class OptunaPruner(TrialScheduler):
                  metric: str | None = None, mode: str | None = None, max_t: float | None = None):
         if not isinstance(pruner, pruners.BasePruner):
             raise TypeError(f"expected an Optuna pruner, got {type(pruner).__name__}")
-        if mode not in (None, "min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        check_mode(mode, type(self).__name__)
         self.pruner, self.time_attr, self.metric, self.mode, self.max_t = pruner, time_attr, metric, mode, max_t
         self.num_pruned = 0
 
@@ -203,8 +203,7 @@ class MedianStoppingRule(TrialScheduler):
     def __init__(self, time_attr: str = "time_total_s", metric: str | None = None,
                  mode: str | None = None, grace_period: float = 60.0, min_samples_required: int = 3,
                  min_time_slice: float = 0, hard_stop: bool = True):
-        if mode not in (None, "min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        check_mode(mode, type(self).__name__)
         self.time_attr, self.metric, self.mode = time_attr, metric, mode
         self.grace_period, self.min_samples_required = grace_period, min_samples_required
         self.min_time_slice, self.hard_stop = min_time_slice, hard_stop

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from raylite.tune._validate import check_mode
 from raylite.tune.metrics import is_finite
 from raylite.tune.schedulers import CONTINUE, PAUSE, STOP, TrialScheduler
 
@@ -44,8 +45,7 @@ class HyperBandScheduler(TrialScheduler):
             raise ValueError(f"HyperBandScheduler(max_t={max_t!r}) must be >= 1")
         if not is_finite(reduction_factor) or reduction_factor <= 1:
             raise ValueError(f"HyperBandScheduler(reduction_factor={reduction_factor!r}) must be > 1")
-        if mode not in (None, "min", "max"):
-            raise ValueError(f"HyperBandScheduler(mode={mode!r}) must be 'min' or 'max'")
+        check_mode(mode, type(self).__name__)
         self.time_attr, self.metric, self.mode = time_attr, metric, mode
         self.max_t, self.eta, self.stop_last_trials = max_t, reduction_factor, stop_last_trials
         self.s_max_1 = int(round(math.log(max_t) / math.log(reduction_factor))) + 1

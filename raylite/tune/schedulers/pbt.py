@@ -24,6 +24,7 @@ import os
 import random
 from typing import Callable
 
+from raylite.tune._validate import check_mode
 from raylite.tune.metrics import is_finite
 from raylite.tune.schedulers import CONTINUE, EXPLOIT, PAUSE, TrialScheduler
 from raylite.tune.search_space import Domain
@@ -122,8 +123,7 @@ class PopulationBasedTraining(TrialScheduler):
         if not is_finite(resample_probability) or not 0 <= resample_probability <= 1:
             raise ValueError(f"PopulationBasedTraining(resample_probability={resample_probability!r}) must be "
                              f"between 0 and 1")
-        if mode not in (None, "min", "max"):
-            raise ValueError(f"PopulationBasedTraining(mode={mode!r}) must be 'min' or 'max'")
+        check_mode(mode, type(self).__name__)
         if not isinstance(time_attr, str):
             raise TypeError(f"PopulationBasedTraining(time_attr={time_attr!r}) must be a result key")
         self.time_attr, self.metric, self.mode = time_attr, metric, mode

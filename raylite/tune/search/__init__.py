@@ -21,6 +21,7 @@ from optuna import distributions as od
 from optuna import samplers
 from optuna.storages import BaseStorage
 
+from raylite.tune._validate import check_mode
 from raylite.tune.search_space import Domain, SearchSpace, path_name
 
 
@@ -32,8 +33,7 @@ class Searcher:
     objectives: list | None = None   # [(metric, mode), ...] for a multi-objective search
 
     def __init__(self, metric: str | None = None, mode: str | None = None, points_to_evaluate=None):
-        if mode not in (None, "min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        check_mode(mode, type(self).__name__)
         self.metric, self.mode = metric, mode
         self.points_to_evaluate = list(points_to_evaluate or [])
         self.space: SearchSpace | None = None
@@ -331,10 +331,10 @@ def _objectives(metric, mode) -> list[tuple[str, str]]:
             or not metric:
         raise ValueError(f"OptunaSearch: for several objectives give metric and mode as lists of the same length, "
                          f"got metric={metric!r}, mode={mode!r}")
-    for m, d in zip(metric, mode):
-        if not isinstance(m, str) or d not in ("min", "max"):
-            raise ValueError(f"OptunaSearch: each objective is a metric name with mode 'min' or 'max', got "
-                             f"{m!r} with {d!r}")
+    for i, (m, d) in enumerate(zip(metric, mode)):
+        if not isinstance(m, str):
+            raise ValueError(f"OptunaSearch(metric[{i}]={m!r}): each objective's metric is a result name (str)")
+        check_mode(d, "OptunaSearch", f"mode[{i}]", required=True)
     return list(zip(metric, mode))
 
 
