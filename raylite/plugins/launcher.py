@@ -26,7 +26,6 @@ own type, as Lightning would raise it in one process.
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
@@ -35,6 +34,7 @@ import warnings
 
 import raylite as ray
 from raylite import exceptions
+from raylite.train.config import check_placeable
 from raylite.util.rendezvous import Rendezvous
 from raylite.util.placement import layouts
 from raylite.plugins._worker import (FORWARDED_ENV_PREFIXES, _capture_global_state, _Mailbox,  # noqa: F401
@@ -190,31 +190,15 @@ def _fits(num_workers: int, options: dict) -> bool:
         avail = ray.available_resources()
     except Exception:  # noqa: BLE001
         return True
-    need = {"CPU": options.get("num_cpus", 0) * num_workers, "GPU": options.get("num_gpus", 0) * num_workers}
-    for name, amount in (options.get("resources") or {}).items():
-        need[name] = need.get(name, 0) + amount * num_workers
-    return all(avail.get(k, 0) + 1e-9 >= v for k, v in need.items() if v)
+    return all(avail.get(k, 0) + 1e-9 >= each * num_workers for k, each in _per_worker(options).items() if each)
+
+
+def _per_worker(options: dict) -> dict:
+    """A worker's actor options as resource -> amount."""
+    return {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), **(options.get("resources") or {})}
 
 
 _pool = _Pool()
-
-
-def _check_placeable(who: str, num_workers: int, options: dict) -> None:
-    """A group that could never be placed whole (more than the runtime has in total, not only free
-    now) would wait forever: an error before any worker starts, saying what was asked and what exists."""
-    total = ray.cluster_resources()
-    asks = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), **(options.get("resources") or {})}
-    short = [(name, each) for name, each in asks.items() if each and num_workers * each > total.get(name, 0) + 1e-9]
-    if not short:
-        return
-    what = "; ".join(f"{num_workers} workers x {each:g} {name} = {num_workers * each:g} {name}, but the runtime has "
-                     f"{total.get(name, 0):g} {name} in total" for name, each in short)
-    hint = ""
-    if any(name == "CPU" for name, _ in short) and total.get("CPU", 0) > 0:
-        share = math.floor(total["CPU"] / num_workers * 10_000) / 10_000   # on the runtime's grid of 1e-4
-        hint = f"num_cpus_per_worker={share:g}, " if share > 0 else ""
-    raise ValueError(f"{who}(num_workers={num_workers}) can never be placed: {what}. Pass fewer num_workers, "
-                     f"less per worker ({hint}resources_per_worker=...), or ray.init(...) with more")
 
 
 def release_workers() -> None:
@@ -251,7 +235,8 @@ class RayLauncher(_launcher_base()):
         strategy = self._strategy
         num_workers = strategy.num_workers
         options = strategy._raylite_actor_options()
-        _check_placeable(type(strategy).__name__, num_workers, options)
+        check_placeable(type(strategy).__name__, num_workers, _per_worker(options), ray.cluster_resources(),
+                        "num_cpus_per_worker")
         key = (num_workers, repr(sorted(options.items())), strategy.init_hook)
         group = _pool.acquire(key, num_workers, options, strategy.init_hook)
         self._group = group

@@ -22,6 +22,7 @@ from raylite.util import shm_collectives as _fastpath
 from raylite.plugins._compat import PL_NAME, DDPStrategy, FSDPStrategy, SIGTERMException, TrainerFn
 from raylite.plugins.environment import _LaunchedEnvironment
 from raylite.plugins.launcher import RayLauncher
+from raylite.train.config import check_num_workers
 from raylite.util.rendezvous import use_loopback
 
 _RESERVED = ("parallel_devices", "cluster_environment", "start_method")
@@ -34,8 +35,7 @@ class _RayWorkers:
         for key in _RESERVED:
             if key in kwargs:
                 raise TypeError(f"{type(self).__name__} sets {key} itself; it cannot be passed")
-        if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
-            raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+        check_num_workers(num_workers, type(self).__name__)
         if resources_per_worker is not None and not isinstance(resources_per_worker, dict):
             raise TypeError(f"resources_per_worker must be a dict such as {{'CPU': 1, 'accel': 1}}, "
                             f"got {resources_per_worker!r}")

@@ -26,8 +26,8 @@ def get_tune_resources(num_workers: int = 1, num_cpus_per_worker: float = 1, use
         warnings.warn("`cpus_per_worker` will be deprecated in the future. Use `num_cpus_per_worker` instead.",
                       PendingDeprecationWarning, stacklevel=2)
         num_cpus_per_worker = cpus_per_worker
-    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
-        raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+    from raylite.train.config import check_num_workers
+    check_num_workers(num_workers, "get_tune_resources")
     if use_gpu:
         raise ValueError(
             "get_tune_resources(use_gpu=True): a raylite.tune trial keeps the GPUs it holds, so RayStrategy's GPU "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import raylite as ray
-from raylite.train.config import ACCELERATOR_TYPE_PREFIX
+from raylite.train.config import ACCELERATOR_TYPE_PREFIX, check_placeable
 
 logger = logging.getLogger("raylite.train")
 
@@ -72,8 +72,4 @@ def check_fits(num_workers: int, request: dict) -> None:
             raise ValueError(f"ScalingConfig(accelerator_type={name[len(ACCELERATOR_TYPE_PREFIX):]!r}): the runtime "
                              f"has no such accelerator (its accelerator types: {types or 'none'}), so the workers "
                              f"could never be placed; drop accelerator_type or pass one of those")
-        if each and num_workers * each > total.get(name, 0) + 1e-9:
-            raise ValueError(f"{num_workers} workers x {each:g} {name} = {num_workers * each:g} {name}, but the "
-                             f"runtime has {total.get(name, 0):g} {name} in total, so they could never all be "
-                             f"placed; use fewer workers (num_workers) or less per worker (resources_per_worker), "
-                             f"or init() with more")
+    check_placeable("ScalingConfig", num_workers, asks, total, "resources_per_worker['CPU']")

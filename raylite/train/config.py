@@ -1,5 +1,6 @@
 """Configuration objects with Ray Train's names: ScalingConfig, RunConfig, CheckpointConfig,
-FailureConfig, BackendConfig and TorchConfig."""
+FailureConfig, BackendConfig and TorchConfig; and the worker-group rules the plugins share with
+Train (``check_num_workers``, ``check_placeable``), one rule per meaning."""
 from __future__ import annotations
 
 import logging
@@ -76,8 +77,7 @@ class ScalingConfig:
     def __post_init__(self):
         if any(_is_search_space(getattr(self, f)) for f in ("num_workers", "use_gpu", "resources_per_worker")):
             return
-        if not isinstance(self.num_workers, int) or isinstance(self.num_workers, bool) or self.num_workers < 0:
-            raise ValueError(f"num_workers must be an integer >= 0 (0: local mode), got {self.num_workers!r}")
+        check_num_workers(self.num_workers, "ScalingConfig", minimum=0, why=" (0: local mode)")
         if self.num_workers == 0:
             logger.info("Running in local mode. The training function will run in the same process.")
         if self.accelerator_type is not None and (not isinstance(self.accelerator_type, str)
@@ -107,6 +107,31 @@ class ScalingConfig:
         elif num_gpus <= 0:
             raise ValueError("use_gpu=True but resources_per_worker asks for 'GPU': 0")
         return {"num_cpus": num_cpus, "num_gpus": num_gpus, "resources": res}
+
+
+def check_num_workers(num_workers, where: str, minimum: int = 1, why: str = "") -> None:
+    """How many workers a group has: an integer (not a bool) of at least ``minimum``."""
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < minimum:
+        raise ValueError(f"{where}(num_workers={num_workers!r}): num_workers must be an integer >= {minimum}{why}")
+
+
+def check_placeable(who: str, num_workers: int, per_worker: dict, total: dict, cpu_field: str) -> None:
+    """A group that could never be placed whole (more than the runtime has in total, not only free
+    now) would wait forever: an error before any worker starts, saying what was asked and what exists.
+    ``per_worker``: resource -> amount each worker holds; ``cpu_field``: the caller's argument for the
+    CPUs of a worker, named with a share that fits."""
+    short = [(name, each) for name, each in per_worker.items()
+             if each and num_workers * each > total.get(name, 0) + 1e-9]
+    if not short:
+        return
+    what = "; ".join(f"{num_workers} workers x {each:g} {name} = {num_workers * each:g} {name}, but the runtime has "
+                     f"{total.get(name, 0):g} {name} in total" for name, each in short)
+    hint = ""
+    if any(name == "CPU" for name, _ in short):
+        units = math.floor(round(total.get("CPU", 0) / num_workers / RESOURCE_GRID, 6))   # a share on the grid
+        hint = f"{cpu_field}={units * RESOURCE_GRID:.4f}".rstrip("0").rstrip(".") + ", " if units > 0 else ""
+    raise ValueError(f"{who}(num_workers={num_workers}) can never be placed: {what}. Pass fewer num_workers, "
+                     f"less per worker ({hint}resources_per_worker=...), or ray.init(...) with more")
 
 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
