@@ -24,6 +24,7 @@ import warnings
 
 import raylite as ray
 from raylite.tune.metrics import is_number, json_default, lookup
+from raylite.tune.trainable import run_class
 from raylite.tune.trial_env import trial_process
 
 BLOCK_EVERY_S = 0.05
@@ -340,11 +341,11 @@ def run_trial(trainable, config: dict, info: dict, shared: dict | None = None) -
     stopped = False
     try:
         with trial_process(s.trial_dir, info.get("chdir", True), info.get("log_files")):
-            inner = trainable.trainable if isinstance(trainable, with_parameters) else trainable
+            inner = inner_trainable(trainable)
             if isinstance(inner, type):   # a tune.Trainable subclass (trainable.py)
-                from raylite.tune.trainable import run_class
                 values = trainable.values() if inner is not trainable else {}
-                out = run_class(inner, config, info, report, StopTrial, values)
+                out = run_class(inner, config, info, checkpoint=s.checkpoint, report=report, stop_error=StopTrial,
+                                setup_kwargs=values)
             elif wants_dir:
                 out = trainable(config, checkpoint_dir=s.checkpoint.path if s.checkpoint else None)
             else:
@@ -419,3 +420,8 @@ class with_parameters:   # noqa: N801 - Ray's name
     @property
     def __signature__(self):
         return inspect.signature(self.trainable)
+
+
+def inner_trainable(trainable):
+    """The trainable under a `with_parameters` wrapper (itself when there is none)."""
+    return trainable.trainable if isinstance(trainable, with_parameters) else trainable

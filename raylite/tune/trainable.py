@@ -173,15 +173,16 @@ def _build(cls, config: dict, info: dict, setup_kwargs: dict) -> Trainable:
     return cls(config, **setup_kwargs)
 
 
-def run_class(cls, config: dict, info: dict, report, stop_error, setup_kwargs: dict | None = None) -> None:
-    """The task body for a class trainable: build (or reuse) the object, restore the trial's
-    checkpoint, then `step()` and `report` until the trial is stopped (`stop_error` raised by report)."""
-    from raylite.tune.session import Checkpoint, get_checkpoint
-    obj = _build(cls, config, info, setup_kwargs or {})
+def run_class(cls, config: dict, info: dict, *, checkpoint, report, stop_error, setup_kwargs: dict) -> None:
+    """The task body for a class trainable: build (or reuse) the object, restore ``checkpoint`` (the
+    trial's, or None), then `step()` and `report` until the trial is stopped. The session that calls
+    it owns the rest: ``report(result, checkpoint=directory)`` keeps the directory's copy before it
+    returns, and raises ``stop_error`` once the trial is to stop."""
+    obj = _build(cls, config, info, setup_kwargs)
     obj._info = info
     keep = False
     try:
-        ckpt, meta = get_checkpoint(), {}
+        ckpt, meta = checkpoint, {}
         if ckpt is not None:
             obj.restore(ckpt.path)
             meta = ckpt.metadata
@@ -209,7 +210,7 @@ def run_class(cls, config: dict, info: dict, report, stop_error, setup_kwargs: d
             tmp = tempfile.mkdtemp(prefix=".ckpt-", dir=info["trial_dir"])
             try:
                 obj.save(tmp)
-                report(result, checkpoint=Checkpoint(tmp))
+                report(result, checkpoint=tmp)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     except stop_error:

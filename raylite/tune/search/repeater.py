@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 
-from raylite.tune.search import Searcher
+from raylite.tune.search.searcher import Searcher
 
 TRIAL_INDEX = "__trial_index__"
 
