@@ -268,7 +268,7 @@ def test_restore_resumes_or_restarts_errored_trials(runtime, tmp_path):
 
 
 def test_resource_dicts_custom_resources_and_memory(runtime, tmp_path):
-    from raylite.tune.api import normalize_resources
+    from raylite.tune.resources import normalize_resources
 
     assert normalize_resources({"cpu": 2, "gpu": 0.5, "custom_resources": {"hdd": 80}}) == \
         {"CPU": 2.0, "GPU": 0.5, "hdd": 80.0}

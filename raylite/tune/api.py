@@ -1,7 +1,6 @@
 """`tune.run`: argument checks, then one TrialRunner (runner.py) for the experiment."""
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 from raylite.train.config import CheckpointConfig, check_name
@@ -10,8 +9,9 @@ from raylite.tune.analysis import ExperimentAnalysis
 from raylite.train.config import check_fail_fast
 from raylite.tune.search import BasicVariantGenerator, Searcher, unwrap_limiter
 from raylite.tune.schedulers import OptunaPruner, as_scheduler
-from raylite.tune.session import with_parameters
-from raylite.tune.trainable import Trainable, is_trainable_class
+from raylite.tune.resources import normalize_resources, per_config_resources, split_resources
+from raylite.tune.session import inner_trainable
+from raylite.tune.trainable import is_trainable_class
 from raylite.tune.trial import ERROR
 from raylite.tune.trial_env import log_files
 
@@ -90,7 +90,6 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     """
     from raylite.tune import reporters
     from raylite.tune.runner import TrialRunner
-    from raylite.tune.tuner import split_resources
     trainable, resources_per_trial = split_resources(trainable, resources_per_trial)
     _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures, stop)
     _validate.check_verbose(verbose)
@@ -99,7 +98,7 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     check_name(name, "name")
     if checkpoint_config is not None and not isinstance(checkpoint_config, CheckpointConfig):
         raise TypeError(f"checkpoint_config must be a tune.CheckpointConfig, got {type(checkpoint_config).__name__}")
-    if checkpoint_config is not None and not is_trainable_class(_inner(trainable)):
+    if checkpoint_config is not None and not is_trainable_class(inner_trainable(trainable)):
         checkpoint_config.check_function_trainable("a function trainable")
     check_fail_fast(fail_fast, max_failures)
     reporters.check(progress_reporter)
@@ -151,56 +150,8 @@ def parse_resume(resume: bool | str) -> tuple[bool, str | None]:
     return True, errored
 
 
-def per_config_resources(trainable, resources_per_trial) -> Callable | None:
-    """The function config -> resources when a trial's resources depend on its config: given to
-    `with_resources(trainable, resources=fn)` or as `resources_per_trial`, or a class trainable's
-    `default_resource_request(config)` when nothing else is given (as in Ray)."""
-    if callable(resources_per_trial) and not isinstance(resources_per_trial, dict):
-        from raylite.tune.tuner import PlacementGroupFactory
-        if not isinstance(resources_per_trial, PlacementGroupFactory):
-            return resources_per_trial
-    inner = _inner(trainable)
-    if resources_per_trial is None and is_trainable_class(inner) and \
-            inner.default_resource_request is not Trainable.default_resource_request:
-        return inner.default_resource_request
-    return None
-
-
-def normalize_resources(resources, what: str = "resources_per_trial") -> dict[str, float]:
-    """Ray's resource keys ({"cpu": 1, "gpu": 0.5, "custom": 2}) as raylite's ({"CPU": 1.0, ...});
-    a tune.PlacementGroupFactory is the sum of its bundles (a trial is one task on one machine)."""
-    if resources is None:
-        return {"CPU": 1.0}
-    if not isinstance(resources, dict):
-        from raylite.tune.tuner import PlacementGroupFactory
-        if isinstance(resources, PlacementGroupFactory):
-            return dict(resources.required_resources)
-        raise TypeError(f"{what} must be a dict like {{'cpu': 1, 'gpu': 0.5}} or a tune.PlacementGroupFactory, "
-                        f"got {type(resources).__name__}")
-    out: dict[str, float] = {}
-    resources = dict(resources)
-    custom = resources.pop("custom_resources", None)   # Ray's nested form: {"cpu": 1, "custom_resources": {"hdd": 80}}
-    if custom is not None:
-        if not isinstance(custom, dict):
-            raise TypeError(f"{what}['custom_resources'] must be a dict like {{'hdd': 80}}, got {custom!r}")
-        for key, value in custom.items():
-            if key in resources:
-                raise ValueError(f"{what}: resource {key!r} given twice, in custom_resources and at the top")
-        resources.update(custom)
-    for key, value in resources.items():
-        if not isinstance(key, str):
-            raise TypeError(f"{what}: resource names must be strings, got {key!r}")
-        name = {"cpu": "CPU", "gpu": "GPU", "num_cpus": "CPU", "num_gpus": "GPU"}.get(key, key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0 or math.isnan(value):
-            raise ValueError(f"{what}[{key!r}] must be a non-negative number, got {value!r}")
-        if value:
-            out[name] = out.get(name, 0.0) + float(value)
-    out.setdefault("CPU", 0.0)
-    return out
-
-
 def _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures, stop) -> None:
-    inner = _inner(trainable)
+    inner = inner_trainable(trainable)
     if isinstance(inner, type) and not is_trainable_class(inner):
         raise TypeError(f"trainable {inner.__name__} is a class but not a tune.Trainable subclass: subclass "
                         f"tune.Trainable (setup/step/save_checkpoint/load_checkpoint), or pass a function "
@@ -218,11 +169,6 @@ def _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures
         raise TypeError(f"stop must be a dict, a function (trial_id, result) -> bool or a Stopper, "
                         f"got {type(stop).__name__}")
     _validate.check_stop(stop)
-
-
-def _inner(trainable):
-    """The trainable under a `with_parameters` wrapper."""
-    return trainable.trainable if isinstance(trainable, with_parameters) else trainable
 
 
 def _resolve_metric(searcher, scheduler, metric, mode):

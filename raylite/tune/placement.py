@@ -6,6 +6,7 @@ from __future__ import annotations
 import raylite as ray
 from raylite.tune import session
 from raylite.tune.progress import resources_str, units
+from raylite.tune.resources import normalize_resources
 
 QUEUE_AHEAD = True   # submit the next trial before a slot frees (see TrialRunner._prequeue)
 _trial_task = ray.remote(session.run_trial)
@@ -48,7 +49,6 @@ def config_resources(r, config: dict) -> dict[str, float]:
     """A trial's own resources (`with_resources(trainable, fn)`): `fn(config)`, checked against
     the nodes as tune.run checks a fixed request."""
     from raylite.tune import _validate
-    from raylite.tune.api import normalize_resources
     asked = r.resource_fn(config)
     what = f"the resources function's value for config {config!r}"
     _validate.check_resource_grid(asked, what)
