@@ -226,10 +226,14 @@ class FailureConfig:
     fail_fast: bool | str = False
 
     def __post_init__(self):
-        if not isinstance(self.max_failures, int) or isinstance(self.max_failures, bool) or self.max_failures < -1:
-            raise ValueError(f"FailureConfig.max_failures must be an integer >= -1 (-1: no limit), "
-                             f"got {self.max_failures!r}")
+        check_max_failures(self.max_failures, "FailureConfig.max_failures")
         check_fail_fast(self.fail_fast, self.max_failures)
+
+
+def check_max_failures(max_failures, what: str) -> None:
+    """Restarts after a failure: an integer (not a bool) >= -1, -1 meaning no limit (Train and Tune alike)."""
+    if not isinstance(max_failures, int) or isinstance(max_failures, bool) or max_failures < -1:
+        raise ValueError(f"{what} must be an integer >= -1 (-1: no limit), got {max_failures!r}")
 
 
 def check_fail_fast(fail_fast: bool | str, max_failures: int) -> None:

@@ -16,7 +16,7 @@ from raylite.train._validate import check_loop_config, check_trainer_arguments
 from raylite.train.checkpoint import Checkpoint
 from raylite.train.config import (BackendConfig, CheckpointConfig, FailureConfig, RunConfig,
                                   ScalingConfig, TorchConfig, backend_config_from, check_dataset_config,
-                                  check_num_workers, default_storage_path)
+                                  check_max_failures, check_num_workers, default_storage_path)
 from raylite.train._placement import check_fits, resolve_use_gpu
 from raylite.train.progress import RunProgress
 from raylite.train.result import Result, RunRecorder
@@ -107,8 +107,7 @@ class Trainer:
         self._backend_config: BackendConfig = backend_config_from(backend)
         check_num_workers(num_workers, "Trainer", why=" (local mode, num_workers=0, is for Ray 2.x trainers' fit)")
         self._scaling = ScalingConfig(num_workers, use_gpu, resources_per_worker)
-        if not isinstance(max_failures, int) or max_failures < -1:
-            raise ValueError(f"max_failures must be an integer >= -1 (-1: no limit), got {max_failures!r}")
+        check_max_failures(max_failures, "max_failures")
         self.max_failures = max_failures
         self._retry_errors = False   # TorchTrainer: an error in train_func also uses up max_failures, as in Ray 2.x
         self.logdir = os.path.abspath(os.path.expanduser(os.fspath(logdir))) if logdir is not None else None

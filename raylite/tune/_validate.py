@@ -1,23 +1,24 @@
 """Checks of `tune.run`'s arguments that the experiment loop would otherwise trip over only once
 trials run (a `stop=` bound compared with a result, `verbose` with a level, a resource share the
 scheduler counts in units of 1e-4): each is an error naming the field and its value, raised before
-any trial starts. Shared with the Tuner's configs; `check_mode` is the one "min or max" rule of every
-scheduler, searcher, stopper and result view."""
+any trial starts. Shared with the Tuner's configs, each rule written once: `check_mode` is the one
+"min or max" rule of every scheduler, searcher, stopper and result view."""
 from __future__ import annotations
 
 import datetime
 import math
 import numbers
 
+from raylite.tune.metrics import is_number
 from raylite.tune.progress import UNITS
 
 VERBOSITY = (0, 1, 2, 3)
 MODES = ("min", "max")
 
 
-def is_number(value) -> bool:
-    """A real number, not a bool and not NaN."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+def _not_nan(value) -> bool:
+    """A metric-like number (metrics.is_number) that is not NaN."""
+    return is_number(value) and not math.isnan(value)
 
 
 def check_mode(mode, where: str, field: str = "mode", *, required: bool = False, when: str = "") -> None:
@@ -28,6 +29,18 @@ def check_mode(mode, where: str, field: str = "mode", *, required: bool = False,
         return
     if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"{where}({field}={mode!r}): {field} must be 'min' or 'max'{when}")
+
+
+def check_num_samples(num_samples, what: str = "num_samples") -> None:
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or (num_samples < 1 and num_samples != -1):
+        raise ValueError(f"{what} must be a positive integer (or -1: until stopped), got {num_samples!r}")
+
+
+def check_trial_namers(prefix: str = "", **namers) -> None:
+    """``trial_name_creator`` / ``trial_dirname_creator``: None or a function trial -> str."""
+    for name, fn in namers.items():
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{prefix}{name} must be a function trial -> str, got {type(fn).__name__}")
 
 
 def check_stop(stop) -> None:
@@ -56,7 +69,7 @@ def time_budget(time_budget_s, what: str = "time_budget_s") -> float | None:
         return None
     if isinstance(time_budget_s, datetime.timedelta):
         seconds = time_budget_s.total_seconds()
-    elif is_number(time_budget_s):
+    elif _not_nan(time_budget_s):
         seconds = float(time_budget_s)
     else:
         raise TypeError(f"{what} must be a number of seconds or a datetime.timedelta, got {time_budget_s!r}")
@@ -76,7 +89,7 @@ def check_resource_grid(resources, what: str = "resources_per_trial") -> None:
     if isinstance(resources.get("custom_resources"), dict):
         items += list(resources["custom_resources"].items())
     for key, value in items:
-        if not is_number(value) or value <= 0 or math.isinf(value):
+        if not _not_nan(value) or value <= 0 or math.isinf(value):
             continue
         scaled = value * UNITS
         if math.isclose(scaled, round(scaled), rel_tol=1e-12, abs_tol=1e-9):

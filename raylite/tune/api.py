@@ -6,8 +6,9 @@ from typing import Callable
 from raylite.train.config import CheckpointConfig, check_name
 from raylite.tune import _validate, panel
 from raylite.tune.analysis import ExperimentAnalysis
-from raylite.train.config import check_fail_fast
+from raylite.train.config import check_fail_fast, check_max_failures
 from raylite.tune.search import BasicVariantGenerator, Searcher, unwrap_limiter
+from raylite.tune.search.searcher import check_searcher
 from raylite.tune.schedulers import OptunaPruner, as_scheduler
 from raylite.tune.resources import normalize_resources, per_config_resources, split_resources
 from raylite.tune.session import inner_trainable
@@ -103,15 +104,11 @@ def run(trainable, config: dict | None = None, num_samples: int = 1, resources_p
     check_fail_fast(fail_fast, max_failures)
     reporters.check(progress_reporter)
     log_files(log_to_file)   # a ValueError for anything but Ray's forms, before any trial starts
-    for what, fn in (("trial_name_creator", trial_name_creator), ("trial_dirname_creator", trial_dirname_creator)):
-        if fn is not None and not callable(fn):
-            raise TypeError(f"{what} must be a function trial -> str, got {type(fn).__name__}")
+    _validate.check_trial_namers(trial_name_creator=trial_name_creator, trial_dirname_creator=trial_dirname_creator)
     resume, errored = parse_resume(resume)
     search_alg, max_concurrent_trials = unwrap_limiter(search_alg, max_concurrent_trials)
     search_alg = search_alg if search_alg is not None else BasicVariantGenerator()
-    if not isinstance(search_alg, Searcher):
-        raise TypeError(f"search_alg must be a tune searcher (OptunaSearch, BasicVariantGenerator), "
-                        f"got {type(search_alg).__name__}")
+    check_searcher(search_alg, "search_alg")
     scheduler = as_scheduler(scheduler)
     metric, mode = _resolve_metric(search_alg, scheduler, metric, mode)
     resource_fn = per_config_resources(trainable, resources_per_trial)
@@ -158,13 +155,11 @@ def _check_arguments(trainable, num_samples, max_concurrent_trials, max_failures
                         f"trainable(config) that calls tune.report(...)")
     if not callable(trainable):
         raise TypeError(f"trainable must be a function or a tune.Trainable subclass, got {type(trainable).__name__}")
-    if not isinstance(num_samples, int) or (num_samples < 1 and num_samples != -1):
-        raise ValueError(f"num_samples must be a positive integer (or -1: until stopped), got {num_samples!r}")
+    _validate.check_num_samples(num_samples)
     if max_concurrent_trials is not None and (not isinstance(max_concurrent_trials, int)
                                               or max_concurrent_trials < 1):
         raise ValueError(f"max_concurrent_trials must be a positive integer, got {max_concurrent_trials!r}")
-    if not isinstance(max_failures, int) or max_failures < -1:
-        raise ValueError(f"max_failures must be an integer >= -1 (-1: retry forever), got {max_failures!r}")
+    check_max_failures(max_failures, "max_failures")
     if stop is not None and not (isinstance(stop, dict) or callable(stop)):
         raise TypeError(f"stop must be a dict, a function (trial_id, result) -> bool or a Stopper, "
                         f"got {type(stop).__name__}")

@@ -33,7 +33,7 @@ from raylite.tune import _validate
 from raylite.tune.analysis import ExperimentAnalysis
 from raylite.tune.api import TuneError, _check_arguments, run
 from raylite.tune.schedulers import as_scheduler
-from raylite.tune.search import Searcher
+from raylite.tune.search.searcher import Searcher, check_searcher
 from raylite.tune.resources import split_resources, with_resources
 from raylite.tune.session import Checkpoint
 from raylite.tune.metrics import flatten
@@ -103,30 +103,20 @@ class TuneConfig:
             raise DeprecationWarning(f"`chdir_to_trial_dir` is deprecated. Use the {CHDIR_ENV} environment variable "
                                      f"instead. Set it to 0 to disable the default behavior of changing the working "
                                      f"directory.")
-        for name in ("trial_name_creator", "trial_dirname_creator"):
-            value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise TypeError(f"TuneConfig.{name} must be a function trial -> str, got {type(value).__name__}")
+        _validate.check_trial_namers("TuneConfig.", trial_name_creator=self.trial_name_creator,
+                                     trial_dirname_creator=self.trial_dirname_creator)
         _validate.check_mode(self.mode, "TuneConfig")
         if self.metric is not None and not isinstance(self.metric, str):
             raise TypeError(f"TuneConfig.metric must be a metric name (str), got {self.metric!r}")
-        if self.search_alg is not None and not isinstance(self.search_alg, Searcher):
-            raise TypeError(f"TuneConfig.search_alg must be a tune searcher (OptunaSearch, BasicVariantGenerator), "
-                            f"got {type(self.search_alg).__name__}")
+        if self.search_alg is not None:
+            check_searcher(self.search_alg, "TuneConfig.search_alg")
         as_scheduler(self.scheduler)   # a TypeError naming the type for anything else
-        if not _is_int(self.num_samples) or (self.num_samples < 1 and self.num_samples != -1):
-            raise ValueError(f"TuneConfig.num_samples must be a positive integer (or -1: until stopped), "
-                             f"got {self.num_samples!r}")
+        _validate.check_num_samples(self.num_samples, "TuneConfig.num_samples")
         if self.max_concurrent_trials is not None and (not _is_int(self.max_concurrent_trials)
                                                        or self.max_concurrent_trials < 0):
             raise ValueError(f"TuneConfig.max_concurrent_trials must be an integer >= 0 (0 or None: no limit), "
                              f"got {self.max_concurrent_trials!r}")
-        if isinstance(self.time_budget_s, datetime.timedelta):
-            self.time_budget_s = self.time_budget_s.total_seconds()
-        if self.time_budget_s is not None and (not isinstance(self.time_budget_s, (int, float))
-                                               or isinstance(self.time_budget_s, bool) or not self.time_budget_s > 0):
-            raise ValueError(f"TuneConfig.time_budget_s must be a positive number of seconds or a timedelta, "
-                             f"got {self.time_budget_s!r}")
+        self.time_budget_s = _validate.time_budget(self.time_budget_s, "TuneConfig.time_budget_s")
 
 
 def _is_int(v) -> bool:

@@ -25,7 +25,7 @@ from optuna import samplers
 from optuna.storages import BaseStorage
 
 from raylite.tune._validate import check_mode
-from raylite.tune.search.searcher import Searcher
+from raylite.tune.search.searcher import Searcher, check_searcher
 from raylite.tune.search_space import Domain, SearchSpace, path_name
 
 
@@ -214,9 +214,7 @@ class ConcurrencyLimiter(Searcher):
         return self.searcher.objectives
 
     def __init__(self, searcher: Searcher, max_concurrent: int, batch: bool = False):
-        if not isinstance(searcher, Searcher):
-            raise TypeError(f"ConcurrencyLimiter(searcher=...) must be a tune searcher (OptunaSearch, "
-                            f"BasicVariantGenerator), got {type(searcher).__name__}")
+        check_searcher(searcher, "ConcurrencyLimiter(searcher=...)")
         if not isinstance(max_concurrent, int) or isinstance(max_concurrent, bool) or max_concurrent < 1:
             raise ValueError(f"ConcurrencyLimiter(max_concurrent=...) must be an integer >= 1, got {max_concurrent!r}")
         if batch:

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import copy
 
-from raylite.tune.search.searcher import Searcher
+from raylite.tune.search.searcher import Searcher, check_searcher
 
 TRIAL_INDEX = "__trial_index__"
 
 
 class Repeater(Searcher):
     def __init__(self, searcher: Searcher, repeat: int = 1, set_index: bool = True):
-        if not isinstance(searcher, Searcher):
-            raise TypeError(f"Repeater(searcher=...) must be a tune searcher (OptunaSearch, BasicVariantGenerator), "
-                            f"got {type(searcher).__name__}")
+        check_searcher(searcher, "Repeater(searcher=...)")
         if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
             raise ValueError(f"Repeater(repeat={repeat!r}) must be an integer >= 1")
         self.searcher, self.repeat, self.set_index = searcher, repeat, set_index

@@ -104,3 +104,9 @@ class Searcher:
 
     def describe(self) -> str:
         return type(self).__name__
+
+
+def check_searcher(searcher, what: str) -> None:
+    if not isinstance(searcher, Searcher):
+        raise TypeError(f"{what} must be a tune searcher (OptunaSearch, BasicVariantGenerator), "
+                        f"got {type(searcher).__name__}")
