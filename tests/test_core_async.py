@@ -7,10 +7,8 @@ import raylite as ray
 
 
 @pytest.fixture
-def ray1():
-    ray.init(num_cpus=1)
-    yield
-    ray.shutdown()
+def ray1(ray_init):
+    ray_init(num_cpus=1)
 
 
 @pytest.mark.timeout(60)

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import raylite as ray
+from backend import ON_RAY
 
 
 def test_actor_class_attributes_static_and_class_methods_as_in_ray(ray_start):
@@ -179,6 +180,10 @@ def test_a_blocked_actor_keeps_its_cpu_while_a_blocked_task_lends_it(ray_start):
     @ray.remote(num_cpus=1)
     class Blocked:
         def run(self):
+            # Ray's resource view lags behind its scheduler: it may not show this actor's CPU yet
+            deadline = time.monotonic() + 20
+            while ray.available_resources().get("CPU", 0.0) != 1.0 and time.monotonic() < deadline:
+                time.sleep(0.01)
             return ray.get(probe.remote(2.0, 1))
 
     assert ray.get(task_blocked.remote()) == 2.0
@@ -202,7 +207,8 @@ def test_what_fits_no_bundle_of_its_placement_group_is_a_value_error_at_remote(r
         def ok(self):
             return True
 
-    with pytest.raises(ValueError, match=r"Cannot schedule needs_a_gpu .*'GPU': 1.0\} cannot fit into any bundle"):
+    # (Ray's text names the function by its qualified name and the request's integers as given)
+    with pytest.raises(ValueError, match=r"Cannot schedule (\S+\.)?needs_a_gpu .*'GPU': 1(\.0)?\} cannot fit into any bundle"):
         needs_a_gpu.options(scheduling_strategy=in_pg).remote()
     with pytest.raises(ValueError, match=r"Cannot schedule Big .*\{'CPU': 2.0\}"):
         Big.options(num_cpus=2, scheduling_strategy=in_pg).remote()
@@ -212,6 +218,7 @@ def test_what_fits_no_bundle_of_its_placement_group_is_a_value_error_at_remote(r
     remove_placement_group(pg)
 
 
+@pytest.mark.local_only("ray.util.state needs Ray's dashboard, which the test clusters do not start")
 @pytest.mark.parametrize("where", ["task", "actor"])
 def test_streaming_generator_values_are_freed_once_the_consumer_drops_them(ray_start, where):
     """Each yielded value goes once the caller's ref to it is gone, while the generator lives on."""
@@ -236,7 +243,7 @@ def test_streaming_generator_values_are_freed_once_the_consumer_drops_them(ray_s
     assert held < 1 << 20, f"{held} bytes still stored after the consumer dropped every value"
 
 
-def test_a_call_made_after_kill_fails_or_runs_on_the_restarted_actor(ray_start):
+def test_a_call_made_after_kill_fails_or_runs_on_the_restarted_actor(ray_start, wait_until):
     """kill() takes effect for the calls made after it (Ray's test_actor_failures): they never run
     on the process being killed."""
     import os
@@ -254,7 +261,15 @@ def test_a_call_made_after_kill_fails_or_runs_on_the_restarted_actor(ray_start):
     restarted = Pid.remote()
     first = ray.get(restarted.pid.remote())
     ray.kill(restarted, no_restart=False)
-    assert ray.get(restarted.pid.remote(), timeout=30) != first
+    if ON_RAY:   # Ray fails a call that reaches the actor while it restarts, and runs those after it
+        def answer():
+            try:
+                return ray.get(restarted.pid.remote(), timeout=30)
+            except ray.exceptions.ActorUnavailableError:
+                return None
+        assert wait_until(answer, timeout=30) != first
+    else:
+        assert ray.get(restarted.pid.remote(), timeout=30) != first
 
 
 def test_an_actor_class_cannot_be_inherited_from(ray_start):
@@ -357,6 +372,8 @@ def test_a_killed_named_actors_name_is_free_at_once(ray_start):
     assert ray.get(ray.get_actor("taken").pid.remote()) == ray.get(second.pid.remote()) != pid
 
 
+@pytest.mark.local_only("the warning is the local node's: Ray leaves the task pending and warns in its own "
+                        "words, if its autoscaler runs")
 @pytest.mark.parametrize("ray_start", [1], indirect=True)
 def test_a_task_starved_by_an_actor_blocked_on_it_is_explained(ray_start, monkeypatch, read_output):
     """The other side of an actor keeping its CPU: a task it waits for cannot start on a 1-CPU node.
@@ -385,6 +402,8 @@ def test_a_task_starved_by_an_actor_blocked_on_it_is_explained(ray_start, monkey
         ray.get(ref)
 
 
+@pytest.mark.local_only("Ray leaves an infeasible task pending (an autoscaler may add a node), and an actor "
+                        "call on its result waits with it")
 def test_an_actor_call_whose_argument_can_never_be_computed_fails_alone(ray_start, capfd):
     @ray.remote(num_gpus=64)
     def never():

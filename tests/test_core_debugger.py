@@ -5,10 +5,16 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import raylite as ray
 from raylite.util import rpdb
 
+ON_RAYS_WORKERS = ("breakpoint() and RAY_DEBUG_POST_MORTEM in a Ray worker open Ray's own debugger (`ray debug`); "
+                   "raylite.util.rpdb serves the local runtime's workers")
 
+
+@pytest.mark.local_only(ON_RAYS_WORKERS)
 def test_breakpoint_in_a_task_waits_for_the_debugger_cli(ray_start, wait_until):
     @ray.remote
     def answer():
@@ -35,6 +41,7 @@ def test_the_cli_says_when_nothing_waits():
     assert cli.returncode == 1 and "no breakpoint waits in pid 999999" in cli.stderr
 
 
+@pytest.mark.local_only(ON_RAYS_WORKERS)
 def test_post_mortem_lets_a_debugger_look_at_a_failed_task_first(ray_start, wait_until):
     @ray.remote(runtime_env={"env_vars": {"RAY_DEBUG_POST_MORTEM": "1"}})
     def broken():

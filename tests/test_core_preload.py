@@ -7,6 +7,8 @@ import pytest
 
 from raylite.core.zygote import AUTO_PRELOAD, preload_names
 
+ZYGOTE = "the zygote and RAYLITE_AUTO_PRELOAD are the local runtime's: Ray starts its own workers"
+
 
 def test_names_are_the_explicit_ones_then_the_imported_allowlisted_ones():
     modules = {"torch": 1, "numpy": 1, "scipy": 1, "lightning.pytorch": 1}
@@ -18,6 +20,7 @@ def test_names_are_the_explicit_ones_then_the_imported_allowlisted_ones():
     assert "scipy" not in AUTO_PRELOAD
 
 
+@pytest.mark.local_only(ZYGOTE)
 def test_a_bad_switch_value_is_refused_before_anything_starts(ray_init, monkeypatch):
     monkeypatch.setenv("RAYLITE_AUTO_PRELOAD", "maybe")
     import raylite as ray
@@ -32,6 +35,7 @@ def _worker_state():
     return "numpy" in sys.modules, len(os.listdir(f"/proc/{parent}/task"))
 
 
+@pytest.mark.local_only(ZYGOTE)
 @pytest.mark.parametrize("switch, preloaded", [("1", True), ("0", False)])
 def test_workers_fork_with_the_drivers_numpy_loaded_and_the_zygote_single_threaded(ray_init, monkeypatch,
                                                                                   switch, preloaded):

@@ -67,6 +67,16 @@ def test_missing_ray_is_a_clear_error(monkeypatch):
     assert not raylite.is_initialized()
 
 
+def test_a_translated_actor_error_keeps_the_actors_id():
+    import ray
+    from raylite.core.ray_backend import translate
+    actor_id = "5e9f813a6310f55a9965528706000000"
+    for theirs in (ray.exceptions.RayActorError(actor_id=actor_id),
+                   ray.exceptions.ActorUnavailableError("restarting", bytes.fromhex(actor_id))):
+        ours = translate(theirs)
+        assert type(ours) is getattr(exceptions, type(theirs).__name__) and ours.actor_id == actor_id
+
+
 def test_unreachable_address_fails_fast():
     pytest.importorskip("ray")
     t0 = time.monotonic()

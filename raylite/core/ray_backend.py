@@ -144,6 +144,8 @@ def translate(err: BaseException) -> BaseException:
                                        int(named.group(2)) if named else None).as_instanceof_cause()
     for cls in type(err).__mro__:
         ours = getattr(exceptions, cls.__name__, None)
+        if isinstance(ours, type) and issubclass(ours, exceptions.RayActorError):
+            return ours(str(err), actor_id=getattr(err, "actor_id", None))   # (Ray's: hex, or None)
         if isinstance(ours, type) and issubclass(ours, exceptions.RayError):
             return ours(str(err))
     return err
