@@ -7,6 +7,10 @@ import pytest
 import raylite as ray
 from raylite.dag import InputNode, MultiOutputNode
 
+pytestmark = pytest.mark.local_only("on Ray an actor handle is Ray's, so handle.method.bind() gives Ray's DAG nodes, "
+                                    "which take Ray's own ray.dag.InputNode (and compile as Ray's compiled graphs), "
+                                    "not raylite's")
+
 
 def _echo_class():
     @ray.remote
