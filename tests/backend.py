@@ -32,7 +32,6 @@ def init(**kwargs):
     if not ON_RAY:
         return raylite.init(**kwargs)
     node = {k: kwargs.pop(k) for k in NODE_ARGS if kwargs.get(k) is not None}
-    kwargs.pop("local_mode", None)   # (raylite only warns about it; Ray's join refuses it)
     return raylite.init(address=_cluster_for(node).address, **kwargs)
 
 

@@ -16,6 +16,7 @@ from raylite import exceptions
 from raylite.core import segments
 from raylite.core.objects import process
 
+from backend import ON_RAY
 from helpers import pid_alive, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -140,10 +141,11 @@ def test_a_value_that_fails_half_way_through_serialization_leaves_no_segment(ray
     raises the serialization error and removes that buffer's segment."""
     import threading
     import numpy as np
-    before = set(_session_files())
+    before = set() if ON_RAY else set(_session_files())
     with pytest.raises(TypeError, match="Could not serialize"):
         ray.put([np.ones(1 << 20), threading.Lock()])
-    assert set(_session_files()) - before == set()
+    if not ON_RAY:   # (the segments are the local runtime's; on Ray only the error is checked)
+        assert set(_session_files()) - before == set()
 
 
 _SPAWN = """
@@ -168,6 +170,7 @@ def _descendants_of_shells(pids: list[int]) -> list[int]:
     return found
 
 
+@pytest.mark.local_only("Ray's raylet ends every descendant of a worker that exits, a detached (setsid) one too")
 def test_a_workers_children_end_with_it_but_a_detached_one_is_left_alone(ray_start):
     """An actor starts a child, a shell with its own child, and a detached (setsid) process; once
     the actor is killed, all but the detached one are gone."""

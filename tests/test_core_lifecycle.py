@@ -17,6 +17,8 @@ import time
 import pytest
 
 import raylite as ray
+from backend import ON_RAY
+from raylite.util import get_node_ip_address
 
 
 # --------------------------------------------------------------------------
@@ -35,7 +37,8 @@ def test_init_shutdown_is_initialized(ray_init):
 def test_the_context_init_returns(ray_init):
     """As Ray's: dict-like, a context manager, and disconnect() ends the job (Ray's namespaces docs)."""
     context = ray_init(num_cpus=1)
-    assert context.dashboard_url is None and context["node_id"] == ray.get_runtime_context().get_node_id()
+    assert context.dashboard_url == ("" if ON_RAY else None)   # (Ray's RayContext without a dashboard: "")
+    assert context["node_id"] == ray.get_runtime_context().get_node_id()
     assert context.python_version == "{}.{}.{}".format(*sys.version_info[:3])
     context.disconnect()
     assert not ray.is_initialized()
@@ -188,6 +191,8 @@ def test_init_again_after_shutdown(ray_init):
 # --------------------------------------------------------------------------
 
 
+@pytest.mark.local_only("Ray's node resources must be whole numbers (custom_b=0.5 is refused), and its node:<ip> "
+                        "key names the node's address")
 def test_cluster_resources_keys_and_values(ray_init):
     ray_init(num_cpus=2, num_gpus=0, resources={"custom_a": 3, "custom_b": 0.5})
     res = ray.cluster_resources()
@@ -214,7 +219,7 @@ def test_available_resources_idle_match_cluster(ray_init):
     ray_init(num_cpus=2, resources={"custom_a": 2})
     avail = ray.available_resources()
     total = ray.cluster_resources()
-    for key in ("CPU", "custom_a", "node:127.0.0.1"):
+    for key in ("CPU", "custom_a", f"node:{get_node_ip_address()}"):
         assert avail[key] == total[key], key
     for key in ("memory", "object_store_memory"):
         assert avail[key] > 0
@@ -485,6 +490,8 @@ def _tcp_listeners():
     return listeners
 
 
+@pytest.mark.local_only("Ray's processes listen on the node's addresses: a cluster's nodes reach each other over "
+                        "the network")
 def test_no_socket_listens_on_non_loopback_address(ray_start):
     @ray.remote
     def pid():
@@ -590,6 +597,8 @@ def test_ctrl_c_during_node_work_is_held_until_that_work_is_done(ray_init):
     assert ray.get(ray.remote(lambda: 41).remote()) == 41
 
 
+@pytest.mark.local_only("the local runtime wraps SIGINT for its node's work; on Ray the driver's handler is left "
+                        "as it is")
 def test_ctrl_c_handler_in_place_is_wrapped_and_restored(ray_init):
     seen = []
 

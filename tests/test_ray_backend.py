@@ -77,6 +77,13 @@ def test_a_translated_actor_error_keeps_the_actors_id():
         assert type(ours) is getattr(exceptions, type(theirs).__name__) and ours.actor_id == actor_id
 
 
+def test_local_mode_warns_on_the_ray_backend_too(monkeypatch):
+    from raylite.core import ray_backend
+    monkeypatch.setattr(ray_backend, "connect", lambda *args, **kwargs: "connected")   # (no cluster needed)
+    with pytest.warns(UserWarning, match=r"local_mode=True\) is not supported"):
+        assert raylite.init(backend="ray", local_mode=True) == "connected"
+
+
 def test_unreachable_address_fails_fast():
     pytest.importorskip("ray")
     t0 = time.monotonic()

@@ -73,6 +73,10 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 raise RuntimeError("Maybe you called ray.init twice by accident? This error can be suppressed "
                                    "by passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' "
                                    "prior to 'ray.init()'.")
+            if local_mode:   # (on either backend: Ray is never handed it)
+                import warnings
+                warnings.warn("init(local_mode=True) is not supported (Ray deprecated it): tasks and actors run in "
+                              "worker processes as usual", stacklevel=2)
             if use_ray(address, backend):
                 return ray_backend.connect(
                     address if address is not None else os.environ.get("RAY_ADDRESS") or None,
@@ -109,10 +113,6 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 from raylite.core.logging_config import LoggingConfig
                 if not isinstance(logging_config, LoggingConfig):
                     raise TypeError(f"logging_config must be a ray.LoggingConfig, got {type(logging_config).__name__}")
-            if local_mode:
-                import warnings
-                warnings.warn("init(local_mode=True) is not supported (Ray deprecated it): tasks and actors run in "
-                              "worker processes as usual", stacklevel=2)
             if zygote is None:
                 zygote = Zygote()   # first: its start overlaps everything below
             from raylite.core import accelerators, machine
