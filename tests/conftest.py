@@ -59,11 +59,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _is_core_test(item) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(DEFAULT_CORE_TIMEOUT_S))
-        if backend.ON_RAY and _is_core_test(item):
+        if backend.ON_RAY:   # (local_only counts wherever the init fixtures serve, util tests too)
             local_only = item.get_closest_marker("local_only")
             if local_only is not None:
                 item.add_marker(pytest.mark.skip(reason=f"local runtime only: {local_only.args[0]}"))
-            elif not INIT_FIXTURES & set(getattr(item, "fixturenames", ())):
+            elif _is_core_test(item) and not INIT_FIXTURES & set(getattr(item, "fixturenames", ())):
                 item.add_marker(pytest.mark.skip(reason="starts its own runtime, not through the init fixtures "
                                                         "RAYLITE_TEST_BACKEND=ray selects (the local run covers it)"))
 

@@ -12,6 +12,10 @@ from raylite.util import metrics
 from raylite.util.metrics import Counter, Gauge, Histogram
 
 
+RAYS_OWN = ("on Ray the points go to Ray's own metrics agent (scrape its Prometheus endpoint); collect() and "
+            "prometheus_text() total the local runtime's")
+
+
 def _name(prefix: str) -> str:   # metrics live for the process: every test its own names
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
@@ -20,6 +24,7 @@ def _series(name: str) -> list[dict]:
     return [row for row in metrics.collect() if row["name"] == name]
 
 
+@pytest.mark.local_only(RAYS_OWN)
 def test_tasks_actors_and_the_driver_add_up(ray_start):
     reqs, lat, depth = _name("reqs"), _name("latency_s"), _name("queue_depth")
     counter = Counter(reqs, description="requests served", tag_keys=("route",)).set_default_tags({"route": "/"})
@@ -61,6 +66,7 @@ def test_tasks_actors_and_the_driver_add_up(ray_start):
     assert f"{depth} 7.0" in text
 
 
+@pytest.mark.local_only(RAYS_OWN)
 def test_points_recorded_after_the_last_call_arrive_when_the_actor_exits(ray_start, wait_until):
     name = _name("late")
 
@@ -136,6 +142,7 @@ def test_gauge_set_none_does_nothing_and_pickling_keeps_the_metric():
     assert h.info["boundaries"] == [1, 2]
 
 
+@pytest.mark.local_only(RAYS_OWN)
 def test_an_actors_own_threads_are_reported_between_calls(ray_start, wait_until):
     name = _name("heartbeat")
 
