@@ -62,7 +62,8 @@ def pytest_collection_modifyitems(config, items):
         if backend.ON_RAY:   # (local_only counts wherever the init fixtures serve, util tests too)
             local_only = item.get_closest_marker("local_only")
             if local_only is not None:
-                item.add_marker(pytest.mark.skip(reason=f"local runtime only: {local_only.args[0]}"))
+                why = local_only.args[0] if local_only.args else "the local runtime's internals"
+                item.add_marker(pytest.mark.skip(reason=f"local runtime only: {why}"))
             elif _is_core_test(item) and not INIT_FIXTURES & set(getattr(item, "fixturenames", ())):
                 item.add_marker(pytest.mark.skip(reason="starts its own runtime, not through the init fixtures "
                                                         "RAYLITE_TEST_BACKEND=ray selects (the local run covers it)"))
