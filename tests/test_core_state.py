@@ -318,11 +318,11 @@ def test_timeline_returns_and_writes_trace_events(ray_start, tmp_path):
 
     def traced():   # (Ray reports its task events every second or so: they come, not at once)
         trace = ray.timeline()
-        return trace if len([e for e in trace if e["name"] == "work"]) == 4 else None
+        return trace if len([e for e in trace if e["cat"] == "task::work"]) == 4 else None
     trace = _wait_for(traced)
-    ran = [e for e in trace if e["name"] == "work"]
-    for event in ran:
-        assert event["ph"] == "X" and event["cat"] == "task::work" and event["args"]["task_id"]
+    ran = [e for e in trace if e["cat"] == "task::work"]
+    for event in ran:   # (Ray's name is the function's qualified name: module.<locals>.work)
+        assert event["ph"] == "X" and event["name"].rpartition(".")[2] == "work" and event["args"]["task_id"]
         assert event["dur"] >= 0.04e6 and event["ts"] >= before * 1e6
         assert event["tid"].startswith("worker:")
     path = tmp_path / "trace.json"

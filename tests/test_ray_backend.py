@@ -84,6 +84,30 @@ def test_local_mode_warns_on_the_ray_backend_too(monkeypatch):
         assert raylite.init(backend="ray", local_mode=True) == "connected"
 
 
+def test_init_after_ray_closed_the_connection_itself_starts_afresh(monkeypatch):
+    """init's context on Ray is Ray's: its disconnect() (or a bare ray.shutdown()) ends Ray's
+    connection without raylite, and the next init is a new one, not a second init."""
+    import ray
+    from raylite.core import ray_backend
+    from raylite.core.objects import process
+    assert not ray.is_initialized()
+    monkeypatch.setattr(process, "ray", ray_backend)   # as connect() leaves it
+    monkeypatch.setattr(ray_backend, "connect", lambda *args, **kwargs: "connected")   # (no cluster needed)
+    assert raylite.init(backend="ray") == "connected"
+
+
+def test_register_serializer_refuses_bad_arguments_on_the_ray_backend_too(monkeypatch):
+    from raylite.core import ray_backend
+    from raylite.util import register_serializer
+
+    class Unsent:
+        pass
+
+    monkeypatch.setattr(ray_backend, "active", lambda: True)   # (Ray's own register_serializer takes anything)
+    with pytest.raises(TypeError, match="serializer must be callable, got None"):
+        register_serializer(Unsent, serializer=None, deserializer=str)
+
+
 def test_unreachable_address_fails_fast():
     pytest.importorskip("ray")
     t0 = time.monotonic()

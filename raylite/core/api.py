@@ -67,6 +67,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             raise TypeError(f"init()'s first argument is Ray's address ('auto', 'ray://host:10001', ...), "
                             f"got address={address!r}; pass num_cpus=... and the others by keyword")
         with _lock:
+            ray_backend.forget_if_disconnected()
             if process.client is not None or process.ray is not None or ray_backend.attach():
                 if ignore_reinit_error:   # also true inside tasks and actors
                     return _context()

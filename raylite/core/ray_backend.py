@@ -124,6 +124,15 @@ def shutdown(exiting_interpreter: bool = False) -> None:
     _connected = False
 
 
+def forget_if_disconnected() -> None:
+    """Ray's own shutdown (``ray.shutdown()``, the ``disconnect()`` or ``with`` of the context
+    ``init`` returned, which is Ray's) ends the connection without raylite: stop routing to it,
+    so the next ``init`` starts afresh instead of calling itself a second one."""
+    global _connected
+    if process.ray is not None and not _ray().is_initialized():
+        process.ray, _connected = None, False
+
+
 def is_initialized() -> bool:
     return _ray().is_initialized()
 

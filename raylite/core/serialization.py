@@ -56,15 +56,20 @@ _pickler_class = None
 _custom: dict[type, tuple] = {}   # register_serializer: class -> (serializer, deserializer)
 
 
-def register_serializer(cls: type, *, serializer, deserializer) -> None:
-    """Pickle instances of exactly `cls` as deserializer(serializer(obj)) (ray.util's, for types
-    pickle cannot handle). The deserializer travels inside the data, so readers need no
-    registration; like Ray's, it applies to what this process serializes."""
+def check_serializer(cls: type, serializer, deserializer) -> None:
+    """register_serializer's arguments, refused as such on either backend (Ray's takes anything)."""
     if not isinstance(cls, type):
         raise TypeError(f"register_serializer needs a class, got {cls!r}")
     for field, fn in (("serializer", serializer), ("deserializer", deserializer)):
         if not callable(fn):
             raise TypeError(f"register_serializer: {field} must be callable, got {fn!r}")
+
+
+def register_serializer(cls: type, *, serializer, deserializer) -> None:
+    """Pickle instances of exactly `cls` as deserializer(serializer(obj)) (ray.util's, for types
+    pickle cannot handle). The deserializer travels inside the data, so readers need no
+    registration; like Ray's, it applies to what this process serializes."""
+    check_serializer(cls, serializer, deserializer)
     _custom[cls] = (serializer, deserializer)
 
 

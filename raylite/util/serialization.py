@@ -8,6 +8,7 @@ def register_serializer(cls: type, *, serializer, deserializer) -> None:
     """Serialize instances of `cls` (exactly that class) as `serializer(obj)`, rebuilt with
     `deserializer(...)`, which travels with the data. Applies to what this process sends (the
     driver, or the task or actor that calls it), as in Ray."""
+    serialization.check_serializer(cls, serializer, deserializer)   # (before either backend takes it)
     if ray_backend.active():
         import ray.util
         return ray.util.register_serializer(cls, serializer=serializer, deserializer=deserializer)
