@@ -108,6 +108,23 @@ def test_register_serializer_refuses_bad_arguments_on_the_ray_backend_too(monkey
         register_serializer(Unsent, serializer=None, deserializer=str)
 
 
+def test_a_bad_placement_group_is_refused_before_ray_sees_it(monkeypatch):
+    """Ray's placement_group takes a bundle {'CPU': '1'}, and its raylet then crashed (a failed
+    resource check); raylite refuses it by name on either backend."""
+    import types
+    from raylite.core import placement_groups
+    handed = []
+    rays_util = types.SimpleNamespace(placement_group=lambda *args, **kwargs: handed.append(args))
+    monkeypatch.setattr(placement_groups, "_ray_util", lambda: rays_util)
+    with pytest.raises(TypeError, match=r"bundles\[0\]"):
+        placement_groups.placement_group([{"CPU": "1"}])
+    with pytest.raises(ValueError, match="strategy"):
+        placement_groups.placement_group([{"CPU": 1}], strategy="PAK")
+    assert handed == []
+    placement_groups.placement_group([{"CPU": 1}])
+    assert handed == [([{"CPU": 1}],)]
+
+
 def test_unreachable_address_fails_fast():
     pytest.importorskip("ray")
     t0 = time.monotonic()

@@ -83,10 +83,7 @@ def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "",
         lifetime: ``"detached"``: outlives its creator (here, until ``shutdown``).
         bundle_label_selector: per bundle, node labels it needs (``[{"zone": "eu-1"}, ...]``).
     """
-    if (ray_util := _ray_util()) is not None:
-        if bundle_label_selector is not None:
-            ray_only["bundle_label_selector"] = bundle_label_selector
-        return ray_util.placement_group(bundles, strategy=strategy, name=name, lifetime=lifetime, **ray_only)
+    # checked on either backend: Ray's takes a bundle such as {'CPU': '1'}, and its raylet crashed on it
     if strategy not in STRATEGIES:
         raise ValueError(f"placement_group: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if lifetime not in (None, "detached"):
@@ -96,6 +93,10 @@ def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "",
     if not isinstance(bundles, (list, tuple)) or not bundles:
         raise ValueError(f"placement_group: bundles must be a non-empty list of dicts, got {bundles!r}")
     units = [_bundle_units(i, b) for i, b in enumerate(bundles)]
+    if (ray_util := _ray_util()) is not None:
+        if bundle_label_selector is not None:
+            ray_only["bundle_label_selector"] = bundle_label_selector
+        return ray_util.placement_group(bundles, strategy=strategy, name=name, lifetime=lifetime, **ray_only)
     client = _client()   # (started first: the label check needs the node's labels)
     if bundle_label_selector:
         _check_label_selectors(bundle_label_selector, len(bundles))
