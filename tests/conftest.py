@@ -1,24 +1,23 @@
-"""Shared fixtures for the raylite core test suite (tests/test_core_*.py).
+"""What every folder of tests/ needs: the backend option, markers, the runtime fixtures.
 
-The core tests are black-box: they only use the public, Ray-compatible API
-(``import raylite as ray``) plus what the operating system shows (/proc,
-/dev/shm, signals).
+Each folder's conftest.py adds its own family (tests/core: isolation, shared-memory and output
+helpers; tests/plugins: a runtime whose workers fork with Lightning imported; tests/train: one with
+torch's compiler imported). One name, one meaning, across the tree:
 
-Conventions for the test modules
---------------------------------
-* Remote functions and classes are defined *inside* the test functions, so
-  cloudpickle ships them by value and workers never have to import a test
-  module.  Code that runs in a worker only references stdlib modules, numpy,
-  torch and ``raylite`` as globals (never helpers defined in a test module).
-* ``raylite`` is imported lazily here so that other suites in tests/ can be
-  collected even when the core runtime fails to import.
-* Every core test gets a 60 s pytest-timeout unless it sets its own marker, and
-  ``ray.shutdown()`` runs after every core test, even on failure.
+* ``ray_init``: factory, ``ray_init(**kw)`` starts a runtime (num_cpus defaults to 2); shut down after
+  the test;
+* ``ray_start``: ``init(num_cpus=2)`` (or the indirect parameter) for the test; shut down after;
+* ``ray_module``: one 2-CPU runtime shared by a module's tests (warm workers across them);
+* ``driver_process``, ``wait_until``, ``pid_alive``, ``wait_pids_gone``: processes and polling.
+
+Conventions: remote functions and classes are defined *inside* the test functions, so cloudpickle
+ships them by value and workers never have to import a test module; ``raylite`` is imported lazily
+here so that suites can be collected even when the core runtime fails to import.
+``RAYLITE_TEST_BACKEND=ray`` (tests/backend.py) starts the init fixtures on a real Ray.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import selectors
@@ -30,24 +29,16 @@ from pathlib import Path
 
 import pytest
 
-import backend
-from helpers import pid_alive as _pid_alive, wait_until as _wait_until
+# tests/ is a package (tests/core/test_tasks.py and tests/train/test_failures.py may share a basename);
+# its shared modules (helpers, backend) stay importable by their plain names from every folder
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+for _path in (str(TESTS_DIR), str(REPO_ROOT)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-CORE_TEST_PREFIX = "test_core_"
-DEFAULT_CORE_TIMEOUT_S = 60
-SHM_GLOB = "/dev/shm/raylite-*"
-
-
-def _is_core_test(node) -> bool:
-    return Path(str(node.fspath)).name.startswith(CORE_TEST_PREFIX)
-
-
-INIT_FIXTURES = {"ray_init", "ray_start", "ray2", "runtime"}   # what RAYLITE_TEST_BACKEND selects for
-
+import backend  # noqa: E402
+from helpers import pid_alive as _pid_alive, wait_until as _wait_until  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "local_only(reason): cannot apply on Ray (white-box, zygote, shared "
@@ -55,18 +46,15 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    # A hang must fail the test rather than block CI.
+    """RAYLITE_TEST_BACKEND=ray: a local_only test is skipped, wherever the init fixtures serve
+    (tests/core/conftest.py also skips the core tests that start a runtime of their own)."""
+    if not backend.ON_RAY:
+        return
     for item in items:
-        if _is_core_test(item) and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(DEFAULT_CORE_TIMEOUT_S))
-        if backend.ON_RAY:   # (local_only counts wherever the init fixtures serve, util tests too)
-            local_only = item.get_closest_marker("local_only")
-            if local_only is not None:
-                why = local_only.args[0] if local_only.args else "the local runtime's internals"
-                item.add_marker(pytest.mark.skip(reason=f"local runtime only: {why}"))
-            elif _is_core_test(item) and not INIT_FIXTURES & set(getattr(item, "fixturenames", ())):
-                item.add_marker(pytest.mark.skip(reason="starts its own runtime, not through the init fixtures "
-                                                        "RAYLITE_TEST_BACKEND=ray selects (the local run covers it)"))
+        local_only = item.get_closest_marker("local_only")
+        if local_only is not None:
+            why = local_only.args[0] if local_only.args else "the local runtime's internals"
+            item.add_marker(pytest.mark.skip(reason=f"local runtime only: {why}"))
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -79,26 +67,6 @@ def _backend_cluster():
 # --------------------------------------------------------------------------
 # init / shutdown fixtures
 # --------------------------------------------------------------------------
-
-
-def _shutdown_if_initialized():
-    mod = sys.modules.get("raylite")
-    if mod is not None and getattr(mod, "is_initialized", None) is not None:
-        if mod.is_initialized():
-            mod.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def _core_isolation(request):
-    """Core tests start without a runtime and never leave one behind."""
-    if not _is_core_test(request.node):
-        yield
-        return
-    _shutdown_if_initialized()
-    try:
-        yield
-    finally:
-        _shutdown_if_initialized()
 
 
 @pytest.fixture
@@ -122,7 +90,7 @@ def ray_init():
 
 @pytest.fixture
 def ray_start(request, ray_init):
-    """``ray.init(num_cpus=2)`` for the test, then ``ray.shutdown()``.
+    """``ray.init(num_cpus=2)`` for the test, then ``ray.shutdown()``; yields the ``raylite`` module.
 
     Parametrize indirectly with a number (num_cpus) or a dict of init kwargs::
 
@@ -166,49 +134,6 @@ def _wait_pids_gone(pids, timeout=10.0, what="worker processes"):
         time.sleep(0.05)
 
 
-def _shm_segments() -> set:
-    return set(glob.glob(SHM_GLOB))
-
-
-def _shm_allocated_bytes(names) -> int:
-    total = 0
-    for name in names:
-        try:
-            total += os.stat(name).st_blocks * 512
-        except FileNotFoundError:
-            pass
-    return total
-
-
-def _raylite_mappings(pid="self") -> set:
-    """/dev/shm/raylite-* files that process ``pid`` has mapped right now.
-
-    Used to tell this session's segments from those of concurrent sessions
-    (other pytest runs on the same machine), which a before/after diff of
-    /dev/shm cannot do.
-    """
-    found = set()
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            for line in f:
-                parts = line.split(None, 5)
-                if len(parts) == 6:
-                    path = parts[5].strip()
-                    if path.endswith(" (deleted)"):
-                        path = path[: -len(" (deleted)")]
-                    if path.startswith("/dev/shm/raylite-"):
-                        found.add(path)
-    except OSError:
-        pass
-    return found
-
-
-@pytest.fixture
-def raylite_mappings():
-    """Callable: ``raylite_mappings(pid="self")`` -> set of mapped raylite shm paths."""
-    return _raylite_mappings
-
-
 @pytest.fixture
 def wait_until():
     return _wait_until
@@ -222,42 +147,6 @@ def pid_alive():
 @pytest.fixture
 def wait_pids_gone():
     return _wait_pids_gone
-
-
-@pytest.fixture
-def shm_segments():
-    """Callable returning the current set of /dev/shm/raylite-* paths."""
-    return _shm_segments
-
-
-@pytest.fixture
-def shm_allocated_bytes():
-    return _shm_allocated_bytes
-
-
-@pytest.fixture
-def read_output(capfd):
-    """Poll capfd until ``predicate(out, err)`` holds; return accumulated (out, err).
-
-    Worker output is forwarded by a background thread of the driver, so it may
-    arrive a little after the task result.
-    """
-
-    def _read(predicate, timeout=5.0):
-        out_parts, err_parts = [], []
-        deadline = time.monotonic() + timeout
-        while True:
-            out, err = capfd.readouterr()
-            out_parts.append(out)
-            err_parts.append(err)
-            joined = ("".join(out_parts), "".join(err_parts))
-            if predicate(*joined):
-                return joined
-            if time.monotonic() >= deadline:
-                return joined
-            time.sleep(0.05)
-
-    return _read
 
 
 # --------------------------------------------------------------------------
@@ -395,18 +284,6 @@ def driver_process(tmp_path):
             handle.cleanup()
 
 
-@pytest.fixture
-def ray2():
-    """A fresh runtime with 2 CPUs (the machine's size), shut down afterwards."""
-    import raylite as ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    backend.init(num_cpus=2)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _results_in_tmp(tmp_path_factory):
     """Train and Tune runs without an explicit path write here, never into the user's home."""
@@ -415,8 +292,8 @@ def _results_in_tmp(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def runtime():
-    """One 2-CPU runtime shared by a module's tests (warm workers across them)."""
+def ray_module():
+    """One 2-CPU runtime shared by a module's tests (warm workers across them), shut down after it."""
     import raylite as ray
 
     if ray.is_initialized():

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent   # the checkout: tests/ sits at its top
+TESTS_DIR = REPO_ROOT / "tests"
 
 
 def wait_until(predicate, timeout=15.0, interval=0.02, message=None, what=None):

@@ -5,7 +5,7 @@ one dedicated process per actor; methods run in submission order and keep
 state; ActorHandles passed to tasks and actors; nested calls from methods;
 named actors and get_actor(); actors hold 0 CPU by default but keep explicit
 resources for life; runtime context in actors; actor output prefixed with the
-class name.  (Killed/crashed/restarted actors are in test_core_failures.py.)
+class name.  (Killed/crashed/restarted actors are in test_failures.py.)
 """
 
 import os

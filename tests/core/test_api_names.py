@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +16,8 @@ from raylite import exceptions as exc
 from raylite.runtime_env import RuntimeEnv, RuntimeEnvConfig
 from raylite.util.placement_group import placement_group
 from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from helpers import REPO_ROOT
 
 # Ray internals no user code catches: the plasma store's "not yet", gRPC failures, the end-of-stream
 # signal a streaming generator turns into StopIteration, and a misuse check of Ray's own pickler.
@@ -245,6 +246,6 @@ def test_cloudpickle_is_reachable_but_not_imported_by_import_raylite():
               "offset = 5\n"
               "print(cloudpickle.loads(cloudpickle.dumps(lambda x: x + offset))(1))\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                         cwd=Path(__file__).resolve().parent.parent)
+                         cwd=REPO_ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "6"

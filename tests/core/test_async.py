@@ -6,13 +6,11 @@ import pytest
 import raylite as ray
 
 
-@pytest.fixture
-def ray1(ray_init):
-    ray_init(num_cpus=1)
+pytestmark = pytest.mark.parametrize("ray_start", [1], indirect=True, ids=["1cpu"])
 
 
 @pytest.mark.timeout(60)
-def test_await_ref_in_driver_coroutine(ray1):
+def test_await_ref_in_driver_coroutine(ray_start):
     @ray.remote
     def inc(x):
         return x + 1
@@ -24,7 +22,7 @@ def test_await_ref_in_driver_coroutine(ray1):
 
 
 @pytest.mark.timeout(60)
-def test_async_actor_method_awaits_task(ray1):
+def test_async_actor_method_awaits_task(ray_start):
     @ray.remote
     def double(x):
         return 2 * x

@@ -13,9 +13,9 @@ import textwrap
 
 import pytest
 
-from helpers import wait_until
+from helpers import REPO_ROOT, wait_until
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(REPO_ROOT)
 
 DRIVER = textwrap.dedent("""
     import os, signal, sys, time

@@ -16,9 +16,9 @@ import urllib.request
 
 import pytest
 
-from helpers import wait_until
+from helpers import REPO_ROOT, wait_until
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(REPO_ROOT)
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 

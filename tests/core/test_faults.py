@@ -17,9 +17,9 @@ from raylite.core import segments
 from raylite.core.objects import process
 
 from backend import ON_RAY
-from helpers import pid_alive, wait_until
+from helpers import REPO_ROOT, pid_alive, wait_until
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(REPO_ROOT)
 
 
 def _session_files(pid: int | None = None) -> dict[str, int]:

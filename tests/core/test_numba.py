@@ -4,9 +4,10 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO_ROOT
+
+REPO = REPO_ROOT
 
 JITTED = """
 import numba

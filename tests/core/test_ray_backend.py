@@ -17,8 +17,10 @@ import pytest
 import raylite
 from raylite import exceptions
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
+from helpers import REPO_ROOT, TESTS_DIR
+
+ROOT = REPO_ROOT
+TESTS = TESTS_DIR
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -159,7 +161,8 @@ def test_gpu_workers_find_their_assigned_device():
 # ---------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cluster():
+def ray_cluster():
+    """A two-node Ray cluster (1 CPU + 1 GPU each) for the module, raylite joined to it by a bare init()."""
     pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
     if raylite.is_initialized():
@@ -258,7 +261,7 @@ def _snippets(ray) -> dict:
     return out
 
 
-def test_seed_snippets_give_the_same_answers_on_both_backends(cluster):
+def test_seed_snippets_give_the_same_answers_on_both_backends(ray_cluster):
     on_ray = _snippets(raylite)
     raylite.shutdown()
     try:
@@ -272,7 +275,7 @@ def test_seed_snippets_give_the_same_answers_on_both_backends(cluster):
     assert on_ray["killed"] == "ActorDiedError"
 
 
-def test_dag_api_runs_on_the_cluster(cluster):
+def test_dag_api_runs_on_the_cluster(ray_cluster):
     from raylite.dag import InputNode, MultiOutputNode
 
     @raylite.remote
@@ -299,7 +302,7 @@ def test_dag_api_runs_on_the_cluster(cluster):
         add.bind(handle.add.bind(1), 2)
 
 
-def test_cluster_is_visible_through_raylite(cluster):
+def test_cluster_is_visible_through_raylite(ray_cluster):
     assert raylite.is_initialized()
     assert len([n for n in raylite.nodes() if n["Alive"]]) == 2
     assert raylite.cluster_resources()["GPU"] == 2
@@ -314,14 +317,14 @@ def test_cluster_is_visible_through_raylite(cluster):
     assert assigned.get("second") == 1
 
 
-def test_get_runtime_context_before_init_joins_ray_address_and_gives_rays_context(cluster):
+def test_get_runtime_context_before_init_joins_ray_address_and_gives_rays_context(ray_cluster):
     raylite.shutdown()   # RAY_ADDRESS names the cluster: the auto-init joins it, as Ray's does
     ctx = raylite.get_runtime_context()
     assert raylite.is_initialized() and type(ctx).__module__ == "ray.runtime_context"
     assert ctx.get_node_id() in {n["NodeID"] for n in raylite.nodes()}
 
 
-def test_label_selection_is_rays_own_on_a_cluster(cluster):
+def test_label_selection_is_rays_own_on_a_cluster(ray_cluster):
     from raylite.util.scheduling_strategies import In, NodeLabelSchedulingStrategy
 
     @raylite.remote
@@ -334,7 +337,7 @@ def test_label_selection_is_rays_own_on_a_cluster(cluster):
     assert raylite.get(node.options(label_selector={"ray.io/node-id": second}).remote(), timeout=60) == second
 
 
-def test_metrics_are_rays_own_on_a_cluster(cluster):
+def test_metrics_are_rays_own_on_a_cluster(ray_cluster):
     from ray.util import metrics as ray_metrics
 
     from raylite.util.metrics import Counter, Histogram
@@ -350,7 +353,7 @@ def test_metrics_are_rays_own_on_a_cluster(cluster):
     assert isinstance(Histogram("raylite_backend_lat", boundaries=[1.0])._ray, ray_metrics.Histogram)
 
 
-def test_placement_groups_are_rays_own_on_a_cluster(cluster):
+def test_placement_groups_are_rays_own_on_a_cluster(ray_cluster):
     from raylite.util.placement_group import placement_group, placement_group_table, remove_placement_group
     from raylite.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -368,7 +371,7 @@ def test_placement_groups_are_rays_own_on_a_cluster(cluster):
     remove_placement_group(pg)
 
 
-def test_trainer_places_one_worker_per_node_with_a_working_all_reduce(cluster):
+def test_trainer_places_one_worker_per_node_with_a_working_all_reduce(ray_cluster):
     pytest.importorskip("torch")
     from raylite.train import Trainer
 
@@ -392,7 +395,7 @@ def test_trainer_places_one_worker_per_node_with_a_working_all_reduce(cluster):
     assert out[0][5] == out[1][5] != "127.0.0.1"            # rank 0's node IP, not loopback
 
 
-def test_tune_spreads_trials_over_nodes(cluster, tmp_path):
+def test_tune_spreads_trials_over_nodes(ray_cluster, tmp_path):
     from raylite import tune
 
     def trainable(config):
@@ -409,7 +412,7 @@ def test_tune_spreads_trials_over_nodes(cluster, tmp_path):
         tune.run(trainable, resources_per_trial={"cpu": 2}, storage_path=str(tmp_path), name="too-big", verbose=0)
 
 
-def test_a_nested_tasks_error_keeps_the_users_class_at_any_depth(cluster):
+def test_a_nested_tasks_error_keeps_the_users_class_at_any_depth(ray_cluster):
     @raylite.remote
     def divide():
         return 1 / 0
@@ -430,7 +433,7 @@ def test_a_nested_tasks_error_keeps_the_users_class_at_any_depth(cluster):
         assert str(info.value).startswith(f"{name}() (pid=")
 
 
-def test_error_headers_name_the_task_and_its_pid(cluster):
+def test_error_headers_name_the_task_and_its_pid(ray_cluster):
     @raylite.remote
     def my_task():
         raise ValueError("from my_task")
@@ -450,7 +453,7 @@ def test_error_headers_name_the_task_and_its_pid(cluster):
     assert "\x1b[" not in str(info.value)   # plain text, as locally (Ray colours its header)
 
 
-def test_wait_gives_the_first_ready_refs_in_the_order_given(cluster):
+def test_wait_gives_the_first_ready_refs_in_the_order_given(ray_cluster):
     @raylite.remote
     def ident(x):
         return x
@@ -461,7 +464,7 @@ def test_wait_gives_the_first_ready_refs_in_the_order_given(cluster):
         assert raylite.wait(refs, num_returns=n, timeout=60) == (refs[:n], refs[n:])
 
 
-def test_generator_tasks_give_rays_generator_which_raylite_takes(cluster):
+def test_generator_tasks_give_rays_generator_which_raylite_takes(ray_cluster):
     @raylite.remote
     def count(n):
         for i in range(n):   # (not `yield from`: Ray's generator tasks call send() on what it delegates to)
@@ -484,7 +487,7 @@ def test_generator_tasks_give_rays_generator_which_raylite_takes(cluster):
         raylite.get(endless.completed(), timeout=60)
 
 
-def test_exit_actor_in_a_worker_that_never_used_raylite(cluster, tmp_path):
+def test_exit_actor_in_a_worker_that_never_used_raylite(ray_cluster, tmp_path):
     from helpers import wait_until
 
     @raylite.remote
@@ -502,10 +505,10 @@ def test_exit_actor_in_a_worker_that_never_used_raylite(cluster, tmp_path):
     wait_until(marker.exists, timeout=30, what="the actor's atexit handler")
 
 
-def test_node_removed_mid_run_fails_its_task_typed_and_retries_elsewhere(cluster):
+def test_node_removed_mid_run_fails_its_task_typed_and_retries_elsewhere(ray_cluster):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    doomed = cluster.add_node(num_cpus=2, resources={"doomed": 1})
-    cluster.wait_for_nodes()
+    doomed = ray_cluster.add_node(num_cpus=2, resources={"doomed": 1})
+    ray_cluster.wait_for_nodes()
 
     @raylite.remote
     def node_id():
@@ -521,13 +524,13 @@ def test_node_removed_mid_run_fails_its_task_typed_and_retries_elsewhere(cluster
     soft = NodeAffinitySchedulingStrategy(doomed_id, soft=True)
     retried = slow.options(scheduling_strategy=soft, max_retries=1).remote(3)
     time.sleep(2.0)   # both running on the doomed node
-    cluster.remove_node(doomed)
+    ray_cluster.remove_node(doomed)
     with pytest.raises(exceptions.NodeDiedError, match="node"):
         raylite.get(pinned, timeout=120)
     assert raylite.get(retried, timeout=120) != doomed_id    # Ray re-ran it on a live node
 
 
-def test_ray_strategy_fits_the_wine_model(cluster):
+def test_ray_strategy_fits_the_wine_model(ray_cluster):
     pytest.importorskip("pytorch_lightning")
     import importlib.util
     data_path = Path(os.environ.get("RAYLITE_WINE_DATA") or ROOT.parent / "shared" / "data" / "wine-quality"

@@ -26,7 +26,7 @@ def _settle(predicate, timeout=5.0):
 
 
 @pytest.mark.timeout(60)
-def test_put_reuses_freed_segments(ray2):
+def test_put_reuses_freed_segments(ray_start):
     for i in range(6):
         ref = ray.put(np.full(N, float(i)))
         assert ray.get(ref)[123] == float(i)
@@ -37,7 +37,7 @@ def test_put_reuses_freed_segments(ray2):
 
 
 @pytest.mark.timeout(60)
-def test_driver_array_survives_reuse(ray2):
+def test_driver_array_survives_reuse(ray_start):
     ref = ray.put(np.full(N, 1.0))
     held = ray.get(ref)          # a zero-copy view of the segment
     del ref
@@ -50,7 +50,7 @@ def test_driver_array_survives_reuse(ray2):
 
 
 @pytest.mark.timeout(60)
-def test_actor_held_array_survives_reuse(ray2):
+def test_actor_held_array_survives_reuse(ray_start):
     @ray.remote
     class Keeper:
         def keep(self, arr):
@@ -78,7 +78,7 @@ def test_actor_held_array_survives_reuse(ray2):
 
 
 @pytest.mark.timeout(60)
-def test_task_reader_releases_before_reuse(ray2):
+def test_task_reader_releases_before_reuse(ray_start):
     @ray.remote
     def total(arr):
         return float(arr.sum())
@@ -92,7 +92,7 @@ def test_task_reader_releases_before_reuse(ray2):
 
 
 @pytest.mark.timeout(60)
-def test_tensor_writes_stay_private(ray2):
+def test_tensor_writes_stay_private(ray_start):
     torch = pytest.importorskip("torch")
 
     @ray.remote
@@ -133,7 +133,7 @@ def _pmd_mapped_kb() -> int:
 
 
 @pytest.mark.timeout(60)
-def test_large_values_are_read_through_huge_pages(ray2, monkeypatch):
+def test_large_values_are_read_through_huge_pages(ray_start, monkeypatch):
     from raylite.core import segments
     if not _huge_pages_available():
         pytest.skip("this kernel gives tmpfs no huge pages on request (MADV_COLLAPSE)")
@@ -157,7 +157,7 @@ def test_large_values_are_read_through_huge_pages(ray2, monkeypatch):
 
 
 @pytest.mark.timeout(60)
-def test_task_results_use_huge_pages_too(ray2):
+def test_task_results_use_huge_pages_too(ray_start):
     @ray.remote
     def make(n):
         return np.arange(n, dtype=np.float64)
@@ -168,7 +168,7 @@ def test_task_results_use_huge_pages_too(ray2):
 
 
 @pytest.mark.timeout(60)
-def test_segments_without_huge_pages_still_work(ray2, monkeypatch):
+def test_segments_without_huge_pages_still_work(ray_start, monkeypatch):
     from raylite.core import segments
     monkeypatch.setattr(segments, "_libc", False)   # as on a kernel without MADV_COLLAPSE
     before = _session_segments()
@@ -185,7 +185,7 @@ def test_segments_without_huge_pages_still_work(ray2, monkeypatch):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("huge", [True, False], ids=["huge-pages", "small-pages"])
-def test_segment_read_by_a_driver_array_is_reused_once_the_array_goes(ray2, monkeypatch, huge):
+def test_segment_read_by_a_driver_array_is_reused_once_the_array_goes(ray_start, monkeypatch, huge):
     from raylite.core import segments
     if not huge:
         monkeypatch.setattr(segments, "_libc", False)
@@ -200,7 +200,7 @@ def test_segment_read_by_a_driver_array_is_reused_once_the_array_goes(ray2, monk
 
 
 @pytest.mark.timeout(60)
-def test_pooled_segments_nobody_reuses_are_removed(ray2, monkeypatch):
+def test_pooled_segments_nobody_reuses_are_removed(ray_start, monkeypatch):
     """Each large task result is a new segment; freed, it is pooled for a later put. Results
     that no put reuses must not pile up in /dev/shm until shutdown."""
     from raylite.core import segments
@@ -223,7 +223,7 @@ def test_pooled_segments_nobody_reuses_are_removed(ray2, monkeypatch):
 
 
 @pytest.mark.timeout(60)
-def test_a_segment_the_driver_frees_is_removed_when_unused(ray2, monkeypatch):
+def test_a_segment_the_driver_frees_is_removed_when_unused(ray_start, monkeypatch):
     """The driver's own release (a dropped put) pools the segment in the caller's thread: the
     node thread, asleep, must still wake to remove it once it has not been reused."""
     monkeypatch.setattr(SegmentPool, "IDLE_S", 0.3)
@@ -235,7 +235,7 @@ def test_a_segment_the_driver_frees_is_removed_when_unused(ray2, monkeypatch):
 
 
 @pytest.mark.timeout(60)
-def test_results_are_not_pooled_while_the_driver_puts_nothing(ray2):
+def test_results_are_not_pooled_while_the_driver_puts_nothing(ray_start):
     """A run whose tasks return arrays, with no large put from the driver, must not keep its freed
     results in /dev/shm for the pool's idle time: nothing would take them."""
     @ray.remote
@@ -265,7 +265,7 @@ def test_a_small_dev_shm_sends_segments_to_disk_with_a_warning(monkeypatch):
     assert segments.choose_dir(1 << 30) == "/somewhere/chosen"
 
 
-def test_an_object_that_does_not_fit_is_a_clear_error_not_a_crash(ray2, monkeypatch):
+def test_an_object_that_does_not_fit_is_a_clear_error_not_a_crash(ray_start, monkeypatch):
     from raylite.core import segments
     monkeypatch.setattr(segments, "_free_bytes", lambda directory: 3 << 20)
     with pytest.raises(ray.exceptions.ObjectStoreFullError, match=r"object of 4\.0 MB does not fit .*3\.0 MB free"):

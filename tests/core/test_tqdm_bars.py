@@ -12,7 +12,9 @@ import sys
 import textwrap
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO_ROOT
+
+REPO = str(REPO_ROOT)
 
 
 class _Terminal(io.StringIO):

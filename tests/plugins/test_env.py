@@ -17,27 +17,13 @@ import raylite as ray  # noqa: E402
 pytestmark = pytest.mark.timeout(150)
 
 
-@pytest.fixture(scope="module")
-def _module_runtime():
-    # One runtime for the module, its workers forked with torch + Lightning already imported
-    # (test_plugins.py's __main__ script covers workers importing them themselves).
-    from raylite.plugins import init_with_preload
-    if ray.is_initialized():
-        ray.shutdown()
-    init_with_preload(num_cpus=2)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
-@pytest.fixture
-def runtime(_module_runtime):
+@pytest.fixture(autouse=True)
+def _idle_workers_released():
+    """Idle RayStrategy workers would hold the CPUs the next test needs (tests/plugins/test_plugins.py
+    covers their reuse; its __main__ script covers workers importing torch + Lightning themselves)."""
+    yield
     from raylite.plugins import release_workers
-    try:
-        yield _module_runtime
-    finally:
-        release_workers()   # idle RayStrategy workers would hold the CPUs the next test needs
+    release_workers()
 
 
 def _ddp_fit_in_worker(max_steps=8):
@@ -92,7 +78,7 @@ def _check_ddp_results(results, world=2):
     assert all(torch.equal(r["weight"], results[0]["weight"]) for r in results)   # DDP kept them equal
 
 
-def test_ray_environment_from_environment_variables(runtime):
+def test_ray_environment_from_environment_variables(ray_preloaded):
     """Two raylite tasks given RANK/WORLD_SIZE/... (what raylite.train sets) join one DDP run."""
     from raylite.plugins.environment import free_port
 
@@ -138,7 +124,7 @@ def test_ray_environment_settings_and_mismatch(monkeypatch):
     assert os.environ["WORLD_SIZE"] == "2"   # unlike Lightning's default environment
 
 
-def test_ray_environment_inside_train_trainer(runtime):
+def test_ray_environment_inside_train_trainer(ray_preloaded):
     from raylite import train
     trainer = train.Trainer(backend="torch", num_workers=2)
     trainer.start()
@@ -187,7 +173,7 @@ def _ray_train_lightning_func():
     assert trainer.num_training_batches == 64 // 8 // train.get_context().get_world_size()
 
 
-def test_ray_train_lightning_api_in_torch_trainer(runtime, tmp_path):
+def test_ray_train_lightning_api_in_torch_trainer(ray_preloaded, tmp_path):
     from raylite import train
     from raylite.train.torch import TorchTrainer
 
@@ -248,7 +234,7 @@ def _lightning_trainable(config):
 
 
 @pytest.mark.parametrize("workers", [0, 2], ids=["in-trial", "raystrategy-in-trial"])
-def test_tune_report_callback_under_tune_run(runtime, tmp_path, workers):
+def test_tune_report_callback_under_tune_run(ray_preloaded, tmp_path, workers):
     from raylite import tune
     analysis = tune.run(_lightning_trainable, config={"lr": 0.05, "workers": workers}, num_samples=1,
                         resources_per_trial={"cpu": 1}, metric="loss", mode="min",
@@ -258,7 +244,7 @@ def test_tune_report_callback_under_tune_run(runtime, tmp_path, workers):
     assert trial.last_result["training_iteration"] == 3   # one report per validation, none in sanity check
 
 
-def test_get_tune_resources_bundles_and_a_raystrategy_trial(runtime, tmp_path):
+def test_get_tune_resources_bundles_and_a_raystrategy_trial(ray_preloaded, tmp_path):
     from raylite import tune
     from raylite.plugins import TuneReportCallback
     from raylite.plugins.tune import TuneReportCallback as Reexported

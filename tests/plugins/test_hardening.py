@@ -34,7 +34,7 @@ def _loader():
 
 
 @pytest.mark.parametrize("name", ["RayStrategy", "RayPlugin"])
-def test_a_group_larger_than_the_runtime_is_an_error_at_once(runtime, tmp_path, name):
+def test_a_group_larger_than_the_runtime_is_an_error_at_once(ray_module, tmp_path, name):
     import raylite.plugins as plugins
 
     strategy = getattr(plugins, name)(num_workers=6)
@@ -50,7 +50,7 @@ def test_a_group_larger_than_the_runtime_is_an_error_at_once(runtime, tmp_path, 
     assert ray.available_resources().get("CPU") == 2   # no worker was started (or each is gone)
 
 
-def test_the_seeds_plugins_line_names_the_one_line_fix(runtime):
+def test_the_seeds_plugins_line_names_the_one_line_fix(ray_module):
     from raylite.plugins import RayPlugin, RayStrategy
 
     # ray_lightning's README, as the seed has it: Lightning 2.x takes strategies only as strategy=

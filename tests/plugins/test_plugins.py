@@ -28,22 +28,6 @@ pytestmark = pytest.mark.timeout(120)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    from raylite.plugins import init_with_preload, release_workers
-    if ray.is_initialized():
-        ray.shutdown()
-    before = os.environ.get("RAYLITE_PRELOAD")
-    # Workers fork with torch + Lightning imported (test_plugins_env covers workers importing them).
-    init_with_preload(num_cpus=2)
-    assert os.environ.get("RAYLITE_PRELOAD") == before   # set for the zygote only
-    try:
-        yield ray
-    finally:
-        release_workers()
-        ray.shutdown()
-
-
 class Net(pl.LightningModule):
     """y = sum(x) regression; logs what the tests check about the distributed run."""
 
@@ -115,7 +99,7 @@ def _trainer(strategy, tmp_path, **kw):
                       enable_progress_bar=False, enable_model_summary=False, **kw)
 
 
-def test_fit_two_workers_updates_driver_and_metrics(runtime, tmp_path):
+def test_fit_two_workers_updates_driver_and_metrics(ray_preloaded, tmp_path):
     from raylite.plugins import RayStrategy
 
     torch.manual_seed(0)
@@ -141,7 +125,7 @@ def test_fit_two_workers_updates_driver_and_metrics(runtime, tmp_path):
     assert all(torch.equal(ckpt[k], v) for k, v in model.state_dict().items())
 
 
-def test_second_fit_reuses_warm_workers(runtime, tmp_path):
+def test_second_fit_reuses_warm_workers(ray_preloaded, tmp_path):
     from raylite.plugins import RayStrategy
 
     model = Net()
@@ -153,7 +137,7 @@ def test_second_fit_reuses_warm_workers(runtime, tmp_path):
     assert trainer.state.finished
 
 
-def test_validate_and_test_return_metrics(runtime, tmp_path):
+def test_validate_and_test_return_metrics(ray_preloaded, tmp_path):
     from raylite.plugins import RayStrategy
 
     model = Net()
@@ -169,7 +153,7 @@ def test_validate_and_test_return_metrics(runtime, tmp_path):
     assert trainer.callback_metrics["test_loss"].item() == pytest.approx(expected, rel=1e-4)
 
 
-def test_predict_returns_every_sample_in_order(runtime, tmp_path):
+def test_predict_returns_every_sample_in_order(ray_preloaded, tmp_path):
     from raylite.plugins import RayStrategy
 
     torch.manual_seed(1)
@@ -183,7 +167,7 @@ def test_predict_returns_every_sample_in_order(runtime, tmp_path):
         assert torch.allclose(torch.cat([p["y"] for p in preds]), model(x), atol=1e-6)
 
 
-def test_sharded_strategy_fits_on_cpu(runtime, tmp_path):
+def test_sharded_strategy_fits_on_cpu(ray_preloaded, tmp_path):
     from raylite.plugins import RayShardedPlugin, RayShardedStrategy
 
     assert RayShardedPlugin is RayShardedStrategy
@@ -204,7 +188,7 @@ def test_sharded_strategy_fits_on_cpu(runtime, tmp_path):
     assert set(ckpt["state_dict"]) == set(before) and ckpt["optimizer_states"]
 
 
-def test_error_in_one_rank_raises_its_type_and_recovers(runtime, tmp_path):
+def test_error_in_one_rank_raises_its_type_and_recovers(ray_preloaded, tmp_path):
     from raylite.plugins import RayStrategy
 
     trainer = _trainer(RayStrategy(num_workers=2), tmp_path)
@@ -228,7 +212,7 @@ class KilledOnRank1(Net):
         return super().training_step(batch, batch_idx)
 
 
-def test_a_dead_worker_is_named_by_rank_and_pid(runtime, tmp_path, wait_pids_gone):
+def test_a_dead_worker_is_named_by_rank_and_pid(ray_preloaded, tmp_path, wait_pids_gone):
     """A fit whose worker died said only "cannot run _Worker.run: the actor is dead": not which
     rank, nor which process (to look for in the kernel log after an out-of-memory kill)."""
     from raylite.plugins import RayStrategy
@@ -269,7 +253,7 @@ class FastPathProbe(pl.Callback):
         self.local = state_dict["local"]
 
 
-def test_sigterm_to_one_rank_stops_every_rank(runtime, tmp_path):
+def test_sigterm_to_one_rank_stops_every_rank(ray_preloaded, tmp_path):
     from pytorch_lightning.utilities.exceptions import SIGTERMException
 
     from raylite.plugins import RayStrategy
@@ -284,7 +268,7 @@ def test_sigterm_to_one_rank_stops_every_rank(runtime, tmp_path):
     assert trainer.state.finished
 
 
-def test_same_host_fast_path_matches_gloo(runtime, tmp_path, monkeypatch):
+def test_same_host_fast_path_matches_gloo(ray_preloaded, tmp_path, monkeypatch):
     from raylite.plugins import RayStrategy
 
     weights, losses = {}, {}
@@ -302,7 +286,7 @@ def test_same_host_fast_path_matches_gloo(runtime, tmp_path, monkeypatch):
     assert losses["1"] == losses["0"]
 
 
-def test_tune_callbacks_relay_rank0_reports(runtime, tmp_path, monkeypatch):
+def test_tune_callbacks_relay_rank0_reports(ray_preloaded, tmp_path, monkeypatch):
     from raylite.plugins import RayStrategy, TuneReportCallback, TuneReportCheckpointCallback
     from raylite.plugins import callbacks
 
@@ -323,7 +307,7 @@ def test_tune_callbacks_relay_rank0_reports(runtime, tmp_path, monkeypatch):
         assert "state_dict" in torch.load(os.path.join(ckpt_dir, "ckpt"), weights_only=False)
 
 
-def test_init_hook_and_a_second_worker_group(runtime, tmp_path):
+def test_init_hook_and_a_second_worker_group(ray_preloaded, tmp_path):
     from raylite.plugins import RayStrategy
 
     marker = tmp_path / "hook"
@@ -340,7 +324,7 @@ def test_init_hook_and_a_second_worker_group(runtime, tmp_path):
     assert trainer.callback_metrics["worker_cpus"].item() == 2
 
 
-def test_waiting_for_resources_says_what_is_missing(runtime, tmp_path, monkeypatch):
+def test_waiting_for_resources_says_what_is_missing(ray_preloaded, tmp_path, monkeypatch):
     import threading
 
     from raylite.plugins import RayStrategy, launcher, release_workers
@@ -366,7 +350,7 @@ def test_waiting_for_resources_says_what_is_missing(runtime, tmp_path, monkeypat
     assert trainer.state.finished
 
 
-def test_interactive_compatible(runtime, monkeypatch):
+def test_interactive_compatible(ray_preloaded, monkeypatch):
     from pytorch_lightning.trainer.connectors import accelerator_connector
     from pytorch_lightning.utilities.exceptions import MisconfigurationException
     from raylite.plugins import RayPlugin, RayStrategy

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO_ROOT
+
+ROOT = str(REPO_ROOT)
 BENCH = os.path.join(ROOT, "bench", "peers.py")
 
 

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO_ROOT
+
+REPO = REPO_ROOT
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 SKIP_REASONS = ("cluster", "gpu", "network")
 DEFAULT_TIMEOUT_S = 60

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import REPO_ROOT
+
 pytest.importorskip("numpy")
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 EXAMPLE = ROOT / "examples" / "wine_quality.py"
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "wine-quality" / "winequality-red.csv"
 STEPS = 200

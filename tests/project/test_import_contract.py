@@ -20,7 +20,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import REPO_ROOT
+
+ROOT = REPO_ROOT
 PACKAGE = ROOT / "raylite"
 CORE = "raylite.core"
 

@@ -9,11 +9,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO_ROOT
+
+REPO = REPO_ROOT
 EXAMPLE = REPO / "examples" / "tensorflow_devices.py"
 
 pytestmark = [

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import REPO_ROOT
+
 pytest.importorskip("optuna")
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 EXAMPLE = ROOT / "examples" / "tune_wine_quality.py"
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "wine-quality" / "winequality-red.csv"
 

@@ -50,7 +50,7 @@ def _reports_metadata():
         train.report({"a": 1}, checkpoint=ckpt)
 
 
-def test_metadata_set_in_a_worker_is_persisted_with_the_checkpoint(runtime, tmp_path):
+def test_metadata_set_in_a_worker_is_persisted_with_the_checkpoint(ray_module, tmp_path):
     result = _fit(_reports_metadata, tmp_path)
     assert result.checkpoint.get_metadata() == {"epoch": 5, "rank": 0}   # rank 0's, as for any file
 
@@ -74,7 +74,7 @@ class _Rounds:
         self.rounds.append(metrics)
 
 
-def test_broadcast_from_rank_zero_and_barrier(runtime, tmp_path):
+def test_broadcast_from_rank_zero_and_barrier(ray_module, tmp_path):
     seen = _Rounds()
     result = DataParallelTrainer(_collectives, scaling_config=ScalingConfig(num_workers=2),
                                  run_config=RunConfig(storage_path=str(tmp_path), callbacks=[seen])).fit()
@@ -123,7 +123,7 @@ def _fails_once_on_rank_1(config):
         raise ValueError("boom")
 
 
-def test_user_callback_hooks_after_report_and_after_exception(runtime, tmp_path):
+def test_user_callback_hooks_after_report_and_after_exception(ray_module, tmp_path):
     hooks = _Hooks()
     DataParallelTrainer(_fails_once_on_rank_1, train_loop_config={"dir": str(tmp_path)},
                         scaling_config=ScalingConfig(num_workers=2),

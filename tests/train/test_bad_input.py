@@ -172,14 +172,14 @@ assert len(CASES) >= 40 and len({c[0] for c in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("call, error, field", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_invalid_value_is_a_clear_error_before_anything_runs(runtime, tmp_path, call, error, field):
+def test_invalid_value_is_a_clear_error_before_anything_runs(ray_module, tmp_path, call, error, field):
     with pytest.raises(error) as info:
         call(str(tmp_path))
     assert field in str(info.value), f"the message does not name {field!r}: {info.value}"
     assert os.listdir(tmp_path) == [], "a trial or worker started, or something was written, before the error"
 
 
-def test_a_normal_experiment_and_fit_still_run_after_the_table(runtime, tmp_path):
+def test_a_normal_experiment_and_fit_still_run_after_the_table(ray_module, tmp_path):
     analysis = tune.run(trainable, config={"dir": str(tmp_path)}, storage_path=str(tmp_path / "tune"),
                         verbose=0, stop={"score": 1})
     assert [t.last_result["score"] for t in analysis.trials] == [1.0]
@@ -191,7 +191,7 @@ def test_a_normal_experiment_and_fit_still_run_after_the_table(runtime, tmp_path
     assert ray.available_resources().get("CPU") == 2   # the workers are gone
 
 
-def test_a_metric_error_in_the_trainable_is_not_called_an_interruption(runtime, tmp_path, capsys):
+def test_a_metric_error_in_the_trainable_is_not_called_an_interruption(ray_module, tmp_path, capsys):
     with pytest.raises(ValueError, match="did not include the specified metric"):
         tune.run(trainable, config={"dir": str(tmp_path)}, storage_path=str(tmp_path), metric="accuracy", mode="max")
     out = capsys.readouterr()

@@ -47,7 +47,7 @@ def report_epochs(config):
             raise RuntimeError("Intentional error to showcase restoration!")
 
 
-def test_failure_config_restarts_a_failed_train_func_from_its_checkpoint(runtime, tmp_path):
+def test_failure_config_restarts_a_failed_train_func_from_its_checkpoint(ray_module, tmp_path):
     config = {"epochs": 4, "fail_at": 1, "fail_marker": str(tmp_path / "failed")}
     result = TorchTrainer(report_epochs, train_loop_config=config, scaling_config=ScalingConfig(num_workers=1),
                           run_config=RunConfig(name="ft", storage_path=str(tmp_path),
@@ -63,7 +63,7 @@ def test_failure_config_restarts_a_failed_train_func_from_its_checkpoint(runtime
     assert isinstance(exc.value, train.WorkerGroupError) and list(exc.value.worker_failures) == [0]
 
 
-def test_best_checkpoints_and_after_report_callbacks(runtime, tmp_path):
+def test_best_checkpoints_and_after_report_callbacks(ray_module, tmp_path):
     rounds = []
 
     class MyCallback:   # Ray Train 2.x's UserCallback hook
@@ -88,7 +88,7 @@ def test_best_checkpoints_and_after_report_callbacks(runtime, tmp_path):
             checkpoint_frequency=2))).fit()
 
 
-def test_tuner_with_a_torch_trainer(runtime, tmp_path):
+def test_tuner_with_a_torch_trainer(ray_module, tmp_path):
     trainer = TorchTrainer(report_epochs, train_loop_config={"epochs": 4, "x": 0},
                            scaling_config=ScalingConfig(num_workers=1))
     grid = tune.Tuner(trainer,
@@ -107,7 +107,7 @@ def test_tuner_with_a_torch_trainer(runtime, tmp_path):
         tune.Tuner(trainer, param_space={"lr": 0.1})
 
 
-def test_result_return_value_is_rank_zeros(runtime, tmp_path):
+def test_result_return_value_is_rank_zeros(ray_module, tmp_path):
     def loop(config):
         train.report({"rank": train.get_context().get_world_rank()})
         return f"rank {train.get_context().get_world_rank()}"
@@ -117,7 +117,7 @@ def test_result_return_value_is_rank_zeros(runtime, tmp_path):
     assert result.return_value == "rank 0" and result.metrics["rank"] == 0
 
 
-def test_tuner_with_a_data_parallel_trainer(runtime, tmp_path):
+def test_tuner_with_a_data_parallel_trainer(ray_module, tmp_path):
     """A framework-free trainer is tuned the same way (Ray's key-concepts pages)."""
     from raylite.train.data_parallel_trainer import DataParallelTrainer
 
@@ -136,7 +136,7 @@ def test_tuner_with_a_data_parallel_trainer(runtime, tmp_path):
     assert grid.num_errors == 0 and grid[0].metrics["score"] == 30   # local mode: trained in the trial
 
 
-def test_torch_trainer_inside_a_trainable_with_tune_report_callback(runtime, tmp_path):
+def test_torch_trainer_inside_a_trainable_with_tune_report_callback(ray_module, tmp_path):
     from raylite.tune.integration.ray_train import TuneReportCallback
 
     def train_driver_fn(config):

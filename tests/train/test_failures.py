@@ -27,20 +27,6 @@ pytestmark = pytest.mark.timeout(120)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers need not import this module
 
 
-@pytest.fixture
-def runtime():
-    """Factory: ``runtime(**init_kwargs)``; always shut down after the test."""
-    def start(**kw):
-        if ray.is_initialized():
-            ray.shutdown()
-        kw.setdefault("num_cpus", 2)
-        ray.init(**kw)
-    try:
-        yield start
-    finally:
-        ray.shutdown()
-
-
 def _stepper(config):
     """Counts steps from the checkpoint on; rank 1 SIGKILLs itself at config["die_at"] the first time
     (a marker file says it already did)."""
@@ -67,8 +53,8 @@ def _stepper(config):
     return start
 
 
-def test_worker_killed_mid_run_restarts_and_resumes_from_checkpoint(runtime, tmp_path, caplog):
-    runtime()
+def test_worker_killed_mid_run_restarts_and_resumes_from_checkpoint(ray_init, tmp_path, caplog):
+    ray_init()
     marker = tmp_path / "killed-once"
     config = {"steps": 7, "die_at": 3, "marker": str(marker), "always": False}
     with Trainer(num_workers=2, logdir=tmp_path / "logs", max_failures=1) as trainer:
@@ -96,8 +82,8 @@ def test_worker_killed_mid_run_restarts_and_resumes_from_checkpoint(runtime, tmp
     assert ckpts == [f"checkpoint_{i:06d}" for i in range(7)]   # no orphans left by the dead attempt
 
 
-def test_worker_deaths_beyond_max_failures_are_a_clear_error(runtime, tmp_path):
-    runtime()
+def test_worker_deaths_beyond_max_failures_are_a_clear_error(ray_init, tmp_path):
+    ray_init()
     config = {"steps": 5, "die_at": 1, "marker": str(tmp_path / "m"), "always": True}
     with Trainer(num_workers=2, logdir=tmp_path / "logs", max_failures=0) as trainer:
         with pytest.raises(TrainingFailedError) as exc:
@@ -109,11 +95,11 @@ def test_worker_deaths_beyond_max_failures_are_a_clear_error(runtime, tmp_path):
         assert trainer.last_result.error is exc.value
 
 
-def test_reporter_killed_mid_run_restarts_with_a_new_one(runtime, tmp_path, caplog):
+def test_reporter_killed_mid_run_restarts_with_a_new_one(ray_init, tmp_path, caplog):
     """The reporter actor dying takes the reports it held: like a worker's death, the attempt starts
     again from the latest persisted checkpoint with a new reporter (max_failures=-1), and later runs
     on the Trainer work (they all failed with "cannot run _Reporter.drain: the actor is dead")."""
-    runtime()
+    ray_init()
     waiting, killed = tmp_path / "waiting", tmp_path / "killed"
 
     def train_func():
@@ -159,8 +145,8 @@ def test_reporter_killed_mid_run_restarts_with_a_new_one(runtime, tmp_path, capl
     assert ckpts == [f"checkpoint_{i:06d}" for i in range(6)]   # the lost reports' checkpoints were redone
 
 
-def test_use_gpu_true_without_gpus_is_a_clear_error(runtime, tmp_path):
-    runtime()   # no GPU in the runtime
+def test_use_gpu_true_without_gpus_is_a_clear_error(ray_init, tmp_path):
+    ray_init()   # no GPU in the runtime
     with pytest.raises(RuntimeError, match=r"use_gpu='auto'") as exc:
         Trainer(num_workers=2, use_gpu=True, logdir=tmp_path).start()
     assert "needs 2 GPU" in str(exc.value)
@@ -168,20 +154,20 @@ def test_use_gpu_true_without_gpus_is_a_clear_error(runtime, tmp_path):
         TorchTrainer(lambda: None, scaling_config=ScalingConfig(num_workers=1, use_gpu=True)).fit()
 
 
-def test_use_gpu_true_with_only_a_logical_gpu_is_a_clear_error(runtime, tmp_path, monkeypatch):
+def test_use_gpu_true_with_only_a_logical_gpu_is_a_clear_error(ray_init, tmp_path, monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)   # as on a CPU-only box
-    runtime(num_gpus=1)   # a logical GPU: schedulable, but NCCL cannot use it
+    ray_init(num_gpus=1)   # a logical GPU: schedulable, but NCCL cannot use it
     assert ray.cluster_resources().get("GPU") == 1
     with pytest.raises(RuntimeError, match=r"(?s)torch.cuda.is_available\(\) is False.*use_gpu='auto'"):
         Trainer(num_workers=1, use_gpu=True, logdir=tmp_path).start()
     assert ray.available_resources().get("GPU") == 1            # nothing started, nothing held
 
 
-def test_use_gpu_auto_decisions(runtime, monkeypatch):
+def test_use_gpu_auto_decisions(ray_init, monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    runtime(num_gpus=1)
+    ray_init(num_gpus=1)
     calls = []
 
     def probe(timeout=240.0, num_gpus=1, num_cpus=1):
@@ -201,8 +187,8 @@ def test_use_gpu_auto_decisions(runtime, monkeypatch):
     assert resolve_use_gpu(True, 1, 1, 1) is True
 
 
-def test_use_gpu_auto_falls_back_to_cpu_workers_and_init_hook_runs(runtime, tmp_path):
-    runtime()
+def test_use_gpu_auto_falls_back_to_cpu_workers_and_init_hook_runs(ray_init, tmp_path):
+    ray_init()
     trainer = Trainer(num_workers=1, use_gpu="auto", logdir=tmp_path)
     try:
         trainer.start(initialization_hook=lambda: os.environ.__setitem__("RAYLITE_TEST_HOOK", "ran"))
@@ -218,8 +204,8 @@ def test_use_gpu_auto_falls_back_to_cpu_workers_and_init_hook_runs(runtime, tmp_
         trainer.shutdown()
 
 
-def test_workers_that_cannot_fit_fail_fast(runtime, tmp_path):
-    runtime()
+def test_workers_that_cannot_fit_fail_fast(ray_init, tmp_path):
+    ray_init()
     with pytest.raises(ValueError, match=r"3 workers x 1 CPU = 3 CPU.*has 2 CPU"):
         Trainer(num_workers=3, logdir=tmp_path).start()
     with pytest.raises(ValueError, match="custom"):
@@ -231,11 +217,11 @@ def test_workers_that_cannot_fit_fail_fast(runtime, tmp_path):
     assert ray.available_resources()["CPU"] == 2
 
 
-def test_workers_are_reserved_as_a_gang(runtime, tmp_path):
+def test_workers_are_reserved_as_a_gang(ray_init, tmp_path):
     """A Trainer's workers get their resources all together or not at all (one placement group):
     with one of two CPUs taken, a 2-worker Trainer holds nothing while it waits (placed one by one,
     its first worker would sit on the free CPU), and starts once the CPU frees."""
-    runtime()
+    ray_init()
     flag = tmp_path / "go"
 
     @ray.remote(num_cpus=1)

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from helpers import wait_until
+from helpers import REPO_ROOT, wait_until
 
 
 class _Stream(io.StringIO):
@@ -111,7 +111,7 @@ def test_the_main_example_says_what_it_is_doing(tmp_path):
     import os
     import subprocess
     import sys
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = str(REPO_ROOT)
     data = os.environ.get("RAYLITE_WINE_DATA") or os.path.join(repo, "..", "shared", "data", "wine-quality",
                                                                "winequality-red.csv")
     if not os.path.isfile(data):

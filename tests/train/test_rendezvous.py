@@ -20,7 +20,6 @@ torch = pytest.importorskip("torch")
 pl = pytest.importorskip("pytorch_lightning")
 cloudpickle = pytest.importorskip("cloudpickle")
 
-import raylite as ray  # noqa: E402
 from raylite import train  # noqa: E402
 from raylite.train import Trainer  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -84,23 +83,6 @@ def listening_beyond_loopback(root: int | None = None) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="module")
-def runtime():
-    if ray.is_initialized():
-        ray.shutdown()
-    os.environ["RAYLITE_PRELOAD"] = "torch,torch._dynamo,pytorch_lightning"   # for this init's zygote
-    try:
-        ray.init(num_cpus=2)
-    finally:
-        del os.environ["RAYLITE_PRELOAD"]
-    try:
-        yield ray
-    finally:
-        from raylite.plugins import release_workers
-        release_workers()
-        ray.shutdown()
-
-
 def test_the_check_sees_a_listener_on_every_interface():
     with socket.socket() as s:
         s.bind(("0.0.0.0", 0))
@@ -113,7 +95,7 @@ def test_the_check_sees_a_listener_on_every_interface():
         assert listening_beyond_loopback() == []
 
 
-def test_trainer_group_listens_on_nothing_beyond_loopback(runtime, tmp_path):
+def test_trainer_group_listens_on_nothing_beyond_loopback(ray_torch_preloaded, tmp_path):
     def train_func():
         import torch.distributed as dist
         t = torch.ones(1)
@@ -148,7 +130,7 @@ class _Net(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.05)
 
 
-def test_ray_strategy_group_listens_on_nothing_beyond_loopback(runtime, tmp_path):
+def test_ray_strategy_group_listens_on_nothing_beyond_loopback(ray_torch_preloaded, tmp_path):
     from raylite.plugins import RayStrategy, launcher, release_workers
 
     x = torch.randn(32, 4)

@@ -53,7 +53,7 @@ def _ranks_checkpoints(config):
             train.report({"step": step, "rank": rank}, checkpoint=ckpt)
 
 
-def test_checkpoints_of_every_rank_are_merged_and_rank_1_alone_counts(runtime, tmp_path):
+def test_checkpoints_of_every_rank_are_merged_and_rank_1_alone_counts(ray_module, tmp_path):
     result = _fit(_ranks_checkpoints, tmp_path, {"who": [[0, 1], [1], [], [0]]})
     names = sorted(n for n in os.listdir(result.path) if n.startswith("checkpoint_"))
     assert names == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
@@ -78,7 +78,7 @@ def _late_rank_1(config):
     train.report({"waited": time.monotonic() - t0})
 
 
-def test_report_is_a_barrier_across_ranks(runtime, tmp_path):
+def test_report_is_a_barrier_across_ranks(ray_module, tmp_path):
     result = _fit(_late_rank_1, tmp_path, {"late_s": 1.5})
     assert result.metrics["waited"] >= 1.2                         # rank 0 waited for rank 1
 
@@ -97,7 +97,7 @@ def _dies_before_reporting(config):
                          checkpoint=_write(d, {"state.json": json.dumps({"step": step})}))
 
 
-def test_a_rank_dying_while_others_wait_in_report_restarts_from_the_last_complete_round(runtime, tmp_path):
+def test_a_rank_dying_while_others_wait_in_report_restarts_from_the_last_complete_round(ray_module, tmp_path):
     result = _fit(_dies_before_reporting, tmp_path, {"marker": str(tmp_path / "died")},
                   failure_config=FailureConfig(max_failures=1))
     assert (tmp_path / "died").exists()
@@ -117,7 +117,7 @@ def _resumable(config):
             raise RuntimeError("the driver's job failed")
 
 
-def test_rerun_with_the_same_name_resumes_from_that_runs_latest_checkpoint(runtime, tmp_path):
+def test_rerun_with_the_same_name_resumes_from_that_runs_latest_checkpoint(ray_module, tmp_path):
     with pytest.raises(train.TrainingFailedError):
         _fit(_resumable, tmp_path, {"crash": True}, name="same")
     result = _fit(_resumable, tmp_path, {"crash": False}, name="same")   # Ray V2: same run, resumed

@@ -16,15 +16,9 @@ pytestmark = pytest.mark.timeout(120)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers need not import this module
 
 
-@pytest.fixture(scope="module")
-def a100_runtime():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2, resources={"accelerator_type:A100": 1})
-    try:
-        yield
-    finally:
-        ray.shutdown()
+# a runtime with one A100's accelerator-type resource, for each test that uses it
+ON_AN_A100 = pytest.mark.parametrize("ray_start", [{"num_cpus": 2, "resources": {"accelerator_type:A100": 1}}],
+                                     indirect=True, ids=["a100"])
 
 
 def test_accelerator_type_is_a_tiny_resource_per_worker():
@@ -38,13 +32,15 @@ def _free_a100():
     train.report({"free": ray.available_resources().get("accelerator_type:A100", 0)})
 
 
-def test_workers_hold_the_accelerator_type_resource(a100_runtime, tmp_path):
+@ON_AN_A100
+def test_workers_hold_the_accelerator_type_resource(ray_start, tmp_path):
     result = DataParallelTrainer(_free_a100, scaling_config=ScalingConfig(num_workers=2, accelerator_type="A100"),
                                  run_config=RunConfig(storage_path=str(tmp_path))).fit()
     assert result.metrics["free"] == pytest.approx(1 - 2 * 0.001)
 
 
-def test_an_accelerator_type_the_runtime_lacks_fails_at_once(a100_runtime, tmp_path):
+@ON_AN_A100
+def test_an_accelerator_type_the_runtime_lacks_fails_at_once(ray_start, tmp_path):
     trainer = DataParallelTrainer(_free_a100, scaling_config=ScalingConfig(num_workers=2, accelerator_type="H100"),
                                   run_config=RunConfig(storage_path=str(tmp_path)))
     with pytest.raises(ValueError, match=r"accelerator_type='H100'.*\['A100'\]"):

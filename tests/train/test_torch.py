@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(120)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers need not import this module
 
 
-def test_prepare_model_and_data_loader_with_two_workers(runtime, tmp_path):
+def test_prepare_model_and_data_loader_with_two_workers(ray_module, tmp_path):
     def train_func(config):
         import torch
         import torch.distributed as dist
@@ -79,7 +79,7 @@ def test_prepare_model_and_data_loader_with_two_workers(runtime, tmp_path):
         assert o["params_equal"]                                # DDP averaged the gradients
 
 
-def test_prepared_model_copies_like_ddp(runtime, tmp_path):
+def test_prepared_model_copies_like_ddp(ray_module, tmp_path):
     """deepcopy / torch.save of a shared-memory-hooked model work as with plain DDP: the copy is a
     DDP model on the default group whose reducer has no hook (gloo), the live ring is untouched."""
     def train_func():
@@ -146,7 +146,7 @@ def _fit_loop(config):
         raise ValueError("fit-loop failure")
 
 
-def test_torch_trainer_fit_result(runtime, tmp_path):
+def test_torch_trainer_fit_result(ray_module, tmp_path):
     rounds = []
 
     class Cb:
@@ -179,7 +179,7 @@ def test_torch_trainer_fit_result(runtime, tmp_path):
     assert rounds == [[0, 1]] * 3
 
 
-def test_torch_trainer_fit_failure_raises_with_partial_result(runtime, tmp_path):
+def test_torch_trainer_fit_failure_raises_with_partial_result(ray_module, tmp_path):
     trainer = TorchTrainer(_fit_loop, {"epochs": 2, "fail": True},
                            scaling_config=ScalingConfig(num_workers=1),
                            run_config=RunConfig(name="exp", storage_path=str(tmp_path)))
@@ -194,7 +194,7 @@ def test_torch_trainer_fit_failure_raises_with_partial_result(runtime, tmp_path)
     assert err.result.checkpoint.path.endswith("checkpoint_000001")
 
 
-def test_data_parallel_trainer_runs_workers_without_a_process_group(runtime, tmp_path):
+def test_data_parallel_trainer_runs_workers_without_a_process_group(ray_module, tmp_path):
     from raylite.train.data_parallel_trainer import DataParallelTrainer
     from raylite.train.v2.api.data_parallel_trainer import DataParallelTrainer as V2DataParallelTrainer
     assert V2DataParallelTrainer is DataParallelTrainer and issubclass(TorchTrainer, DataParallelTrainer)

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def trainer(runtime, tmp_path_factory):
+def trainer(ray_module, tmp_path_factory):
     t = Trainer(backend="torch", num_workers=2, logdir=tmp_path_factory.mktemp("train_logs"))
     t.start()
     try:

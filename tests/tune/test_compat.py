@@ -12,6 +12,8 @@ import warnings
 
 import pytest
 
+from helpers import REPO_ROOT
+
 pytest.importorskip("optuna")
 
 import raylite as ray  # noqa: E402
@@ -38,7 +40,7 @@ def worker_cwds(n: int = 6) -> set:
 
 
 # ---------------------------------------------------------------------------- working directory
-def test_trials_run_in_their_directory_and_workers_get_their_cwd_back(runtime, tmp_path):
+def test_trials_run_in_their_directory_and_workers_get_their_cwd_back(ray_module, tmp_path):
     before = worker_cwds()
 
     def trainable(config):
@@ -57,7 +59,7 @@ def test_trials_run_in_their_directory_and_workers_get_their_cwd_back(runtime, t
     assert worker_cwds() == before   # the next tasks are unaffected
 
 
-def test_chdir_off_with_ray_env_var(runtime, tmp_path, monkeypatch):
+def test_chdir_off_with_ray_env_var(ray_module, tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_CHDIR_TO_TRIAL_DIR", "0")
     (cwd, _), = worker_cwds(1)
 
@@ -88,7 +90,7 @@ def test_session_functions_outside_a_trial_warn_and_return_none():
 
 
 # ---------------------------------------------------------------------------- reproducibility
-def test_numpy_seed_repeats_the_default_search(runtime, tmp_path):
+def test_numpy_seed_repeats_the_default_search(ray_module, tmp_path):
     import numpy as np
 
     def trainable(config):
@@ -106,7 +108,7 @@ def test_numpy_seed_repeats_the_default_search(runtime, tmp_path):
 
 
 # ---------------------------------------------------------------------------- OptunaSearch
-def test_optuna_evaluated_rewards_are_told_not_run(runtime, tmp_path):
+def test_optuna_evaluated_rewards_are_told_not_run(ray_module, tmp_path):
     points = [{"x": 1.0}, {"x": 4.0}]
     searcher = tune.OptunaSearch(points_to_evaluate=points, evaluated_rewards=[9.0, 0.0], seed=0)
 
@@ -125,7 +127,7 @@ def test_optuna_evaluated_rewards_are_told_not_run(runtime, tmp_path):
         tune.OptunaSearch(space=lambda t: None, points_to_evaluate=points, evaluated_rewards=[1.0, 2.0])
 
 
-def test_optuna_storage_and_study_name_keep_the_study(runtime, tmp_path):
+def test_optuna_storage_and_study_name_keep_the_study(ray_module, tmp_path):
     import optuna
     url = f"sqlite:///{tmp_path}/searcher.db"
 
@@ -143,7 +145,7 @@ def test_optuna_storage_and_study_name_keep_the_study(runtime, tmp_path):
 
 
 # ---------------------------------------------------------------------------- results
-def test_result_best_checkpoint_and_string_and_nested_metrics(runtime, tmp_path):
+def test_result_best_checkpoint_and_string_and_nested_metrics(ray_module, tmp_path):
     def trainable(config):
         for score in (1, 3, 2):
             tune.report({"score": score, "tag": f"s{score}", "nested": {"m": -score}},
@@ -162,7 +164,7 @@ def test_result_best_checkpoint_and_string_and_nested_metrics(runtime, tmp_path)
 
 
 # ---------------------------------------------------------------------------- resources
-def test_with_resources_takes_a_scaling_config(runtime, tmp_path):
+def test_with_resources_takes_a_scaling_config(ray_module, tmp_path):
     from raylite.train import ScalingConfig
 
     def trainable(config):
@@ -178,7 +180,7 @@ def test_with_resources_takes_a_scaling_config(runtime, tmp_path):
 
 
 # ---------------------------------------------------------------------------- names and output
-def test_trial_names_dirnames_and_log_to_file(runtime, tmp_path):
+def test_trial_names_dirnames_and_log_to_file(ray_module, tmp_path):
     def trainable(config):
         print("to stdout", config["x"])
         print("to stderr", config["x"], file=sys.stderr)
@@ -216,5 +218,5 @@ def test_lightning_integration_path_is_lazy():
             "from raylite.plugins import TuneReportCallback, TuneReportCheckpointCallback\n"
             "assert m.TuneReportCheckpointCallback is TuneReportCheckpointCallback\n"
             "assert m.TuneReportCallback is TuneReportCallback\n")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO_ROOT)
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True, timeout=60)

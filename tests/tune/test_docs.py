@@ -51,7 +51,7 @@ def test_ray_import_paths_resolve_to_raylite_classes():
 
 
 # ---------------------------------------------------------------------------- Ray 2.x trainable APIs
-def test_train_report_checkpoint_and_context_inside_a_trainable(runtime, tmp_path):
+def test_train_report_checkpoint_and_context_inside_a_trainable(ray_module, tmp_path):
     """Ray 2.x's Tune docs call train.report / train.get_checkpoint / train.get_context from a
     function trainable, with ray.train.Checkpoint: they are the trial's (retried from its checkpoint)."""
     marker = str(tmp_path / "failed_once")
@@ -86,7 +86,7 @@ def test_train_report_checkpoint_and_context_inside_a_trainable(runtime, tmp_pat
         assert open(os.path.join(d, "epoch")).read() == "3"
 
 
-def test_auto_filled_metrics(runtime, tmp_path):
+def test_auto_filled_metrics(ray_module, tmp_path):
     def trainable(config):
         tune.report({"v": config["x"]})
 
@@ -100,7 +100,7 @@ def test_auto_filled_metrics(runtime, tmp_path):
 
 
 # ---------------------------------------------------------------------------- stopping
-def test_stop_function_and_stopper_end_trials_at_the_deciding_result(runtime, tmp_path):
+def test_stop_function_and_stopper_end_trials_at_the_deciding_result(ray_module, tmp_path):
     """A trial reporting in a tight loop runs past the stop decision before it sees it; its record
     (metrics, history, checkpoints) still ends at the result that decided, as in Ray."""
     def my_trainable(config):
@@ -136,7 +136,7 @@ def test_stop_function_and_stopper_end_trials_at_the_deciding_result(runtime, tm
     assert all(r.metrics.get("training_iteration", 0) <= 8 for r in grid)
 
 
-def test_builtin_stoppers(runtime, tmp_path):
+def test_builtin_stoppers(ray_module, tmp_path):
     from raylite.tune.stopper import (CombinedStopper, ExperimentPlateauStopper, MaximumIterationStopper,
                                       TimeoutStopper, TrialPlateauStopper)
 
@@ -167,7 +167,7 @@ def test_builtin_stoppers(runtime, tmp_path):
     assert time.monotonic() - start < 15 and grid[0].error is None
 
 
-def test_fail_fast(runtime, tmp_path):
+def test_fail_fast(ray_module, tmp_path):
     def trainable(config):
         if config["should_fail"]:
             raise RuntimeError("Failing (on purpose)!")
@@ -190,7 +190,7 @@ def test_fail_fast(runtime, tmp_path):
 
 
 # ---------------------------------------------------------------------------- search
-def test_search_spaces_inside_lists(runtime, tmp_path):
+def test_search_spaces_inside_lists(ray_module, tmp_path):
     def trainable(config):
         tune.report({"layers": config["nn_layers"], "opt": config["opts"][0]["lr"]})
 
@@ -204,7 +204,7 @@ def test_search_spaces_inside_lists(runtime, tmp_path):
         tune.Tuner(trainable, param_space={"t": (tune.uniform(0, 1),)}, run_config=run_config(tmp_path, "t")).fit()
 
 
-def test_concurrency_limiter_and_define_by_run_space(runtime, tmp_path):
+def test_concurrency_limiter_and_define_by_run_space(ray_module, tmp_path):
     from raylite.tune.search import ConcurrencyLimiter
     from raylite.tune.search.optuna import OptunaSearch
 
@@ -239,7 +239,7 @@ def test_concurrency_limiter_and_define_by_run_space(runtime, tmp_path):
 
 
 # ---------------------------------------------------------------------------- restore, resources, configs
-def test_restore_resumes_or_restarts_errored_trials(runtime, tmp_path):
+def test_restore_resumes_or_restarts_errored_trials(ray_module, tmp_path):
     flag = str(tmp_path / "crash")
 
     def trainable(config):
@@ -267,7 +267,7 @@ def test_restore_resumes_or_restarts_errored_trials(runtime, tmp_path):
         tune.Tuner.restore(str(tmp_path / "resume"), trainable=trainable, resume_errored=True, restart_errored=True)
 
 
-def test_resource_dicts_custom_resources_and_memory(runtime, tmp_path):
+def test_resource_dicts_custom_resources_and_memory(ray_module, tmp_path):
     from raylite.tune.resources import normalize_resources
 
     assert normalize_resources({"cpu": 2, "gpu": 0.5, "custom_resources": {"hdd": 80}}) == \
@@ -293,7 +293,7 @@ def test_unsupported_options_are_errors_not_ignored(tmp_path):
         tune.run(lambda config: None, storage_path=str(tmp_path), name="x", verbose=0, resume="AUTO+ERRORED_ONLY")
 
 
-def test_experiment_analysis_accessors(runtime, tmp_path):
+def test_experiment_analysis_accessors(ray_module, tmp_path):
     def trainable(config):
         for i in range(3):
             tune.report({"score": config["x"] * i}, checkpoint=tune.Checkpoint.from_dict({"i": i}))

@@ -26,7 +26,7 @@ def climber(config):
         tune.report({"score": config["x"] * i}, checkpoint={"i": i})
 
 
-def test_synchronous_brackets_keep_the_best_third_at_each_rung(ray2, tmp_path):
+def test_synchronous_brackets_keep_the_best_third_at_each_rung(ray_start, tmp_path):
     hb = HyperBandScheduler(max_t=9, reduction_factor=3)   # s_max = 2: first bracket 9 trials from rung 1
     xs = [0.1 * k for k in range(1, 10)]
     a = tune.run(climber, config={"x": tune.grid_search(xs)}, metric="score", mode="max", scheduler=hb,

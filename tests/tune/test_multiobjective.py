@@ -24,7 +24,7 @@ SPACE = {"x": tune.uniform(0, 1), "waste": tune.choice([0.0, 0.5])}
 
 
 @pytest.mark.parametrize("sampler", [None, "nsga2"])
-def test_pareto_front_of_two_objectives(ray2, tmp_path, sampler):
+def test_pareto_front_of_two_objectives(ray_start, tmp_path, sampler):
     search = OptunaSearch(metric=["loss", "latency"], mode=["min", "min"], seed=3,
                           sampler=optuna.samplers.NSGAIISampler(seed=3, population_size=4) if sampler else None)
     grid = tune.Tuner(tradeoff, param_space=SPACE, tune_config=tune.TuneConfig(search_alg=search, num_samples=12),

@@ -86,7 +86,7 @@ def results(trial) -> list[dict]:
     return [json.loads(line) for line in open(os.path.join(trial.path, "result.json"))]
 
 
-def test_pbt_beats_every_fixed_config(ray2, tmp_path):
+def test_pbt_beats_every_fixed_config(ray_start, tmp_path):
     """Synchronous PBT with a seeded `random` decides the same way however the trials interleave."""
     fixed = run_toy(toy_function, tmp_path, "fixed")
     scheduler = pbt(4, synch=True)
@@ -108,7 +108,7 @@ class Restores(tune.Callback):
         self.restored.append(trial.trial_id)
 
 
-def test_async_pbt_exploits_and_records_the_history(ray2, tmp_path):
+def test_async_pbt_exploits_and_records_the_history(ray_start, tmp_path):
     scheduler, seen = pbt(), Restores()
     a = run_toy(toy_function, tmp_path, "pbt", scheduler=scheduler, callbacks=[seen])
     assert scheduler.num_perturbations >= 1
@@ -126,7 +126,7 @@ def test_async_pbt_exploits_and_records_the_history(ray2, tmp_path):
         assert (exp / f"pbt_policy_{t.trial_id}.txt").exists()
 
 
-def test_pbt_with_a_class_trainable_resets_it_in_place(ray2, tmp_path):
+def test_pbt_with_a_class_trainable_resets_it_in_place(ray_start, tmp_path):
     toy = make_toy_class(str(tmp_path))
     scheduler = pbt()
     a = run_toy(toy, tmp_path, "pbt", scheduler=scheduler, reuse_actors=True)
@@ -139,7 +139,7 @@ def test_pbt_with_a_class_trainable_resets_it_in_place(ray2, tmp_path):
         assert t.last_result["training_iteration"] >= STEPS
 
 
-def test_synch_pbt_with_a_class_trainable(ray2, tmp_path):
+def test_synch_pbt_with_a_class_trainable(ray_start, tmp_path):
     scheduler = pbt(4, synch=True)
     a = run_toy(make_toy_class(str(tmp_path)), tmp_path, "synch", scheduler=scheduler)
     assert best(a) > 14.4 + 2.0
@@ -150,7 +150,7 @@ def collapse(values: list) -> list:
     return [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
 
 
-def test_replay_follows_a_trials_schedule(ray2, tmp_path):
+def test_replay_follows_a_trials_schedule(ray_start, tmp_path):
     run_toy(toy_function, tmp_path, "pbt", scheduler=pbt(4, synch=True))
     files = sorted((tmp_path / "pbt").glob("pbt_policy_*.txt"), key=lambda p: -len(p.read_text().splitlines()))
     assert files, "no trial was perturbed"
@@ -167,7 +167,7 @@ def test_replay_follows_a_trials_schedule(ray2, tmp_path):
         assert prev["training_iteration"] == step               # changed right at the step PBT changed it
 
 
-def test_a_time_budget_ends_paused_trials(ray2, tmp_path):
+def test_a_time_budget_ends_paused_trials(ray_start, tmp_path):
     a = tune.run(toy_function, config={"lr": tune.grid_search(GRID)}, metric="score", mode="max",
                  scheduler=pbt(2, synch=True), time_budget_s=1.5, resources_per_trial={"cpu": 0.5},
                  storage_path=str(tmp_path), verbose=0)
@@ -175,7 +175,7 @@ def test_a_time_budget_ends_paused_trials(ray2, tmp_path):
     assert all(json.load(open(os.path.join(t.path, "trial.json")))["status"] == "TERMINATED" for t in a.trials)
 
 
-def test_mutations_fill_a_config_that_lacks_them(ray2, tmp_path):
+def test_mutations_fill_a_config_that_lacks_them(ray_start, tmp_path):
     def trainable(config):
         tune.report({"score": config["lr"], "done": True})
 

@@ -35,7 +35,7 @@ def checkpointing(config):
                     checkpoint=tune.Checkpoint.from_directory(d))
 
 
-def test_experiment_directory_layout_and_reload(ray2, tmp_path):
+def test_experiment_directory_layout_and_reload(ray_start, tmp_path):
     a = tune.run(checkpointing, config={"x": tune.grid_search([1.0, 2.0, 3.0])}, metric="loss", mode="min",
                  storage_path=str(tmp_path), name="layout", verbose=0)
     exp = tmp_path / "layout"
@@ -76,7 +76,7 @@ def test_experiment_directory_layout_and_reload(ray2, tmp_path):
         tune.run(checkpointing, config={"x": 1.0}, storage_path=str(tmp_path), name="layout", verbose=0)
 
 
-def test_plots(ray2, tmp_path):
+def test_plots(ray_start, tmp_path):
     pytest.importorskip("matplotlib")
 
     def trainable(config):
@@ -97,7 +97,7 @@ def checkpoint_names(path) -> list[str]:
     return sorted(n for n in os.listdir(path) if n.startswith("checkpoint_"))
 
 
-def test_checkpoint_config_bounds_the_checkpoints_kept(ray2, tmp_path):
+def test_checkpoint_config_bounds_the_checkpoints_kept(ray_start, tmp_path):
     """CheckpointConfig(num_to_keep=N) deletes the other checkpoints as trials report (the latest always
     stays, to restart from; also after a retry): a long sweep checkpointing every epoch would otherwise
     fill the disk."""
@@ -132,7 +132,7 @@ def test_checkpoint_config_bounds_the_checkpoints_kept(ray2, tmp_path):
 
 
 @pytest.mark.parametrize("legacy", [False, True])
-def test_resume_leaves_no_gap_in_a_trials_results(ray2, tmp_path, legacy):
+def test_resume_leaves_no_gap_in_a_trials_results(ray_start, tmp_path, legacy):
     """A driver killed mid-drain may not have written a trial's last results, though the trial wrote
     checkpoints after them: resuming restarts from the newest checkpoint whose earlier results are all
     on disk (and drops newer ones, and partial copies), so the trial's history has no hole.

@@ -31,7 +31,7 @@ def by_index(a):
     return sorted(a.trials, key=lambda t: t.index)
 
 
-def test_the_study_has_one_trial_per_config_told_the_repeats_mean(ray2, tmp_path):
+def test_the_study_has_one_trial_per_config_told_the_repeats_mean(ray_start, tmp_path):
     a = tune.run(noisy, config={"x": tune.uniform(0, 1)}, num_samples=6, metric="loss", mode="min",
                  search_alg=Repeater(OptunaSearch(seed=1), repeat=3), storage_path=str(tmp_path), verbose=0)
     trials = by_index(a)
@@ -45,7 +45,7 @@ def test_the_study_has_one_trial_per_config_told_the_repeats_mean(ray2, tmp_path
         assert ot.value == pytest.approx(ot.params["x"] + 1)
 
 
-def test_an_errored_repeat_is_left_out_of_the_mean_and_a_config_with_no_value_fails(ray2, tmp_path):
+def test_an_errored_repeat_is_left_out_of_the_mean_and_a_config_with_no_value_fails(ray_start, tmp_path):
     a = tune.run(noisy, config={"x": tune.uniform(0, 1), "fail": True}, num_samples=3, metric="loss", mode="min",
                  search_alg=Repeater(OptunaSearch(seed=2), repeat=3), storage_path=str(tmp_path), verbose=0,
                  raise_on_failed_trial=False)
@@ -59,7 +59,7 @@ def test_an_errored_repeat_is_left_out_of_the_mean_and_a_config_with_no_value_fa
     assert [t.state.name for t in b.study.trials] == ["FAIL"]
 
 
-def test_a_seeded_tpe_sampler_is_told_the_means(ray2, tmp_path):
+def test_a_seeded_tpe_sampler_is_told_the_means(ray_start, tmp_path):
     """The configs TPE suggests are those it gives when told each config's mean, one trial each."""
     def trainable(config):
         tune.report({"loss": (config["x"] - 0.3) ** 2 + 0.2 * config["__trial_index__"]})
@@ -79,7 +79,7 @@ def test_a_seeded_tpe_sampler_is_told_the_means(ray2, tmp_path):
     assert xs == pytest.approx(expected)
 
 
-def test_resume_recomputes_told_groups_and_finishes_the_others_as_one(ray2, tmp_path):
+def test_resume_recomputes_told_groups_and_finishes_the_others_as_one(ray_start, tmp_path):
     search = dict(config={"x": tune.uniform(0, 1)}, num_samples=6, metric="loss", mode="min",
                   storage_path=str(tmp_path), name="rep", verbose=0)
     a = tune.run(noisy, search_alg=Repeater(OptunaSearch(seed=4), repeat=3), **search)

@@ -15,7 +15,7 @@ def trainable(config):
 SPACE = {"x": tune.grid_search([1.0, 2.0]), "y": 3}
 
 
-def test_cli_reporter_columns(runtime, tmp_path, capsys):
+def test_cli_reporter_columns(ray_module, tmp_path, capsys):
     reporter = tune.CLIReporter(metric_columns={"acc": "Accuracy"}, parameter_columns=["x"],
                                 max_report_frequency=1)
     tune.run(trainable, config={**SPACE, "z": tune.uniform(0, 1)}, metric="loss", mode="min",
@@ -40,7 +40,7 @@ def test_ignored_arguments_warn_and_types_checked():
         tune.run(trainable, config=SPACE, progress_reporter="cli")
 
 
-def test_custom_reporter_gets_rays_calls(runtime, tmp_path):
+def test_custom_reporter_gets_rays_calls(ray_module, tmp_path):
     class Recorder(tune.ProgressReporter):
         def __init__(self):
             self.calls = []

@@ -18,7 +18,7 @@ def timed(config):
     tune.report({"res": tune.get_trial_resources(), "start": start, "end": time.time()})
 
 
-def test_resources_chosen_per_config_are_held_by_each_trial(ray2, tmp_path):
+def test_resources_chosen_per_config_are_held_by_each_trial(ray_start, tmp_path):
     a = tune.run(tune.with_resources(timed, lambda config: {"cpu": config["n"]}),
                  config={"n": tune.grid_search([1, 2, 1, 0.5])}, storage_path=str(tmp_path), verbose=0)
     assert [t.last_result["res"] for t in a.trials] == [{"CPU": 1.0}, {"CPU": 2.0}, {"CPU": 1.0}, {"CPU": 0.5}]
@@ -30,7 +30,7 @@ def test_resources_chosen_per_config_are_held_by_each_trial(ray2, tmp_path):
                 t.last_result["start"] >= whole.last_result["end"] - 0.05
 
 
-def test_tuner_takes_a_placement_group_factory_per_config(ray2, tmp_path):
+def test_tuner_takes_a_placement_group_factory_per_config(ray_start, tmp_path):
     def bundles(config):
         return tune.PlacementGroupFactory([{"CPU": config["n"]}, {"CPU": 0.5}])
 
@@ -39,7 +39,7 @@ def test_tuner_takes_a_placement_group_factory_per_config(ray2, tmp_path):
     assert sorted(r.metrics["res"]["CPU"] for r in grid) == [1.0, 1.5]
 
 
-def test_a_class_trainables_default_resource_request(ray2, tmp_path):
+def test_a_class_trainables_default_resource_request(ray_start, tmp_path):
     class Sized(tune.Trainable):
         @classmethod
         def default_resource_request(cls, config):
@@ -52,13 +52,13 @@ def test_a_class_trainables_default_resource_request(ray2, tmp_path):
     assert [t.last_result["res"] for t in a.trials] == [{"CPU": 0.5}, {"CPU": 2.0}]
 
 
-def test_a_config_no_node_can_hold_is_an_error(ray2, tmp_path):
+def test_a_config_no_node_can_hold_is_an_error(ray_start, tmp_path):
     with pytest.raises(ValueError, match=r"config \{'n': 64\}.*no node can ever hold"):
         tune.run(tune.with_resources(timed, lambda config: {"cpu": config["n"]}), config={"n": 64},
                  storage_path=str(tmp_path), verbose=0)
 
 
-def test_repeater_runs_each_config_repeat_times(ray2, tmp_path):
+def test_repeater_runs_each_config_repeat_times(ray_start, tmp_path):
     from raylite.tune.search import BasicVariantGenerator, OptunaSearch, Repeater
 
     def trainable(config):

@@ -20,7 +20,7 @@ def run_config(tmp_path, name, **kw):
 
 
 # ---------------------------------------------------------------------------- numpy scalars
-def test_numpy_scalar_metrics_count_everywhere(runtime, tmp_path):
+def test_numpy_scalar_metrics_count_everywhere(ray_module, tmp_path):
     def trainable(config):
         import numpy as np
         for i in range(1, 9):
@@ -43,7 +43,7 @@ def test_numpy_scalar_metrics_count_everywhere(runtime, tmp_path):
 
 
 # ---------------------------------------------------------------------------- nested metrics
-def test_nested_metrics_are_read_flattened(runtime, tmp_path):
+def test_nested_metrics_are_read_flattened(ray_module, tmp_path):
     def trainable(config):
         for i, loss in enumerate([5, 1, 4, 2, 3, 0]):
             tune.report({"val": {"loss": loss * config["a"], "acc": i}},
@@ -67,7 +67,7 @@ def test_nested_metrics_are_read_flattened(runtime, tmp_path):
 
 
 # ---------------------------------------------------------------------------- strict metric check
-def test_a_result_without_the_metric_is_an_error(runtime, tmp_path, monkeypatch):
+def test_a_result_without_the_metric_is_an_error(ray_module, tmp_path, monkeypatch):
     def trainable(config):
         tune.report({"loss": 1.0})
 
@@ -82,7 +82,7 @@ def test_a_result_without_the_metric_is_an_error(runtime, tmp_path, monkeypatch)
 
 
 # ---------------------------------------------------------------------------- done=True
-def test_a_result_with_done_ends_the_trial(runtime, tmp_path):
+def test_a_result_with_done_ends_the_trial(ray_module, tmp_path):
     def trainable(config):
         for i in range(1, 20):
             tune.report({"loss": 1.0 / i, "done": i == 4})
@@ -93,7 +93,7 @@ def test_a_result_with_done_ends_the_trial(runtime, tmp_path):
 
 
 # ---------------------------------------------------------------------------- storage URIs
-def test_storage_path_file_uri_is_local_and_other_schemes_are_errors(runtime, tmp_path):
+def test_storage_path_file_uri_is_local_and_other_schemes_are_errors(ray_module, tmp_path):
     def trainable(config):
         tune.report({"loss": 1.0})
 
@@ -109,7 +109,7 @@ def test_storage_path_file_uri_is_local_and_other_schemes_are_errors(runtime, tm
 
 
 # ---------------------------------------------------------------------------- BasicVariantGenerator
-def test_basic_variant_generator_takes_rays_arguments(runtime, tmp_path):
+def test_basic_variant_generator_takes_rays_arguments(ray_module, tmp_path):
     from raylite.tune.search import BasicVariantGenerator
 
     def trainable(config):

@@ -39,7 +39,7 @@ def windows_of(analysis):
     return [(t.last_result["start"], t.last_result["end"]) for t in analysis.trials]
 
 
-def test_sweep_respects_cpu_concurrency(ray2, tmp_path):
+def test_sweep_respects_cpu_concurrency(ray_start, tmp_path):
     def trainable(config):
         import time
         start = time.time()
@@ -53,7 +53,7 @@ def test_sweep_respects_cpu_concurrency(ray2, tmp_path):
     assert len({t.runtime["pid"] for t in a.trials}) >= 2
 
 
-def test_max_concurrent_trials_and_whole_machine_trials(ray2, tmp_path):
+def test_max_concurrent_trials_and_whole_machine_trials(ray_start, tmp_path):
     def trainable(config):
         import time
         start = time.time()
@@ -68,7 +68,7 @@ def test_max_concurrent_trials_and_whole_machine_trials(ray2, tmp_path):
     assert max_overlap(windows_of(b)) == 1
 
 
-def test_grid_times_num_samples_runs_every_point(ray2, tmp_path):
+def test_grid_times_num_samples_runs_every_point(ray_start, tmp_path):
     def trainable(config):
         tune.report({"a": config["a"], "b": config["b"]})
 
@@ -81,7 +81,7 @@ def test_grid_times_num_samples_runs_every_point(ray2, tmp_path):
     assert {(t.last_result["a"], t.last_result["b"]) for t in a.trials} == set(points)
 
 
-def test_best_trial_scopes_results_and_dataframe(ray2, tmp_path):
+def test_best_trial_scopes_results_and_dataframe(ray_start, tmp_path):
     # Curves: trial k reports values[k]; "last", "all" (best ever), "avg" pick different trials.
     curves = {0: [5.0, 5.0, 5.0], 1: [9.0, 1.0, 1.0], 2: [0.0, 0.0, 6.0]}
 
@@ -117,7 +117,7 @@ SCOPE_CURVES = {"last": [9.0] * 11 + [0.5], "all": [0.1] + [9.0] * 11, "avg": [2
                 "last-5-avg": [9.0] * 7 + [1.0, 1.0, 1.0, 1.0, 2.0], "last-10-avg": [20.0] * 2 + [1.5] * 10}
 
 
-def test_finished_trials_stay_small_and_rank_by_every_scope(ray2, tmp_path):
+def test_finished_trials_stay_small_and_rank_by_every_scope(ray_start, tmp_path):
     # A week-long sweep keeps every trial in the driver: a finished trial holds its metrics' summaries
     # (~6.5 KB a trial here, the study's record included), not a 10-value window and an object per
     # metric, automatic ones included (~18 KB). Rankings are those of the raw results, reloaded too.
@@ -162,7 +162,7 @@ def test_finished_trials_stay_small_and_rank_by_every_scope(ray2, tmp_path):
     check(tune.ExperimentAnalysis(str(tmp_path / "scopes")), ids)
 
 
-def test_stop_dict_function_and_returned_dict(ray2, tmp_path):
+def test_stop_dict_function_and_returned_dict(ray_start, tmp_path):
     def trainable(config):
         for i in range(1000):
             tune.report(it=i, value=i * config["rate"])   # the 1.x keyword form
@@ -192,7 +192,7 @@ def test_stop_dict_function_and_returned_dict(ray2, tmp_path):
     assert c.trials[0].last_result["final"] == 42
 
 
-def test_time_budget_stops_running_trials(ray2, tmp_path):
+def test_time_budget_stops_running_trials(ray_start, tmp_path):
     def reports_forever(config):
         import time
         while True:
@@ -207,7 +207,7 @@ def test_time_budget_stops_running_trials(ray2, tmp_path):
     assert all(t.last_result["training_iteration"] >= 3 for t in a.trials)
 
 
-def test_time_budget_cancels_a_silent_trial(ray2, tmp_path, monkeypatch):
+def test_time_budget_cancels_a_silent_trial(ray_start, tmp_path, monkeypatch):
     from raylite.tune import stopping
     monkeypatch.setattr(stopping, "STOP_GRACE_S", 0.5)
 
@@ -222,7 +222,7 @@ def test_time_budget_cancels_a_silent_trial(ray2, tmp_path, monkeypatch):
     assert a.trials[0].status == "TERMINATED"
 
 
-def test_errors_retry_up_to_max_failures(ray2, tmp_path):
+def test_errors_retry_up_to_max_failures(ray_start, tmp_path):
     marker_dir = tmp_path / "markers"
     marker_dir.mkdir()
 
@@ -254,7 +254,7 @@ def test_errors_retry_up_to_max_failures(ray2, tmp_path):
                  verbose=0)
 
 
-def test_crashed_worker_is_a_failure_that_retries(ray2, tmp_path):
+def test_crashed_worker_is_a_failure_that_retries(ray_start, tmp_path):
     def crashes_once(config):
         import os
         tune.report({"step": 1})
@@ -270,7 +270,7 @@ def test_crashed_worker_is_a_failure_that_retries(ray2, tmp_path):
     assert "WorkerCrashedError" in t.error_msg
 
 
-def test_infeasible_resources_fail_before_any_trial(ray2, tmp_path):
+def test_infeasible_resources_fail_before_any_trial(ray_start, tmp_path):
     ran = tmp_path / "ran"
 
     def trainable(config):
@@ -306,7 +306,7 @@ def test_fractional_gpu_trials_see_their_device(tmp_path):
         ray.shutdown()
 
 
-def test_trial_runs_nested_raylite_tasks(ray2, tmp_path):
+def test_trial_runs_nested_raylite_tasks(ray_start, tmp_path):
     """A trial holding 1 CPU starts 2-CPU-worth of tasks: its blocked get gives its CPU back."""
     def trainable(config):
         @ray.remote(num_cpus=1)
@@ -320,7 +320,7 @@ def test_trial_runs_nested_raylite_tasks(ray2, tmp_path):
     assert sorted(t.last_result["sum"] for t in a.trials) == [14, 114]
 
 
-def test_trial_submitted_ahead_waits_for_a_slot_while_trials_block(ray2, tmp_path):
+def test_trial_submitted_ahead_waits_for_a_slot_while_trials_block(ray_start, tmp_path):
     """The next trial is submitted before a slot frees (the node starts it when a trial ends). A
     running trial blocked in get gives its CPU back, so the node may start that next trial early:
     it must still wait for a trial to end before its body runs (never three at once on 2 CPUs)."""
@@ -343,7 +343,7 @@ def test_trial_submitted_ahead_waits_for_a_slot_while_trials_block(ray2, tmp_pat
     assert max_overlap(windows_of(a)) == 2
 
 
-def test_with_parameters_callbacks_and_trial_context(ray2, tmp_path):
+def test_with_parameters_callbacks_and_trial_context(ray_start, tmp_path):
     events = []
 
     class Recorder(tune.Callback):
@@ -371,7 +371,7 @@ def test_with_parameters_callbacks_and_trial_context(ray2, tmp_path):
     assert events[-1] == ("end", 2)
 
 
-def test_callback_hooks_for_setup_steps_checkpoints_and_retries(ray2, tmp_path):
+def test_callback_hooks_for_setup_steps_checkpoints_and_retries(ray_start, tmp_path):
     """The rest of Ray's tune.Callback hooks, in the order Ray fires them."""
     events = []
 
@@ -402,7 +402,7 @@ def test_callback_hooks_for_setup_steps_checkpoints_and_retries(ray2, tmp_path):
         ("checkpoint", "checkpoint_000000", True), ("recover",), ("checkpoint", "checkpoint_000001", True)]
 
 
-def test_status_table_names_the_blocking_resource(ray2, tmp_path, capsys):
+def test_status_table_names_the_blocking_resource(ray_start, tmp_path, capsys):
     from raylite.tune import progress
     reports = []
 
@@ -437,7 +437,7 @@ def test_status_table_names_the_blocking_resource(ray2, tmp_path, capsys):
     assert "== Summary ==" in out and "5 TERMINATED" in out and a.best_trial.trial_id in out
 
 
-def test_verbose_zero_is_silent(ray2, tmp_path, capfd):
+def test_verbose_zero_is_silent(ray_start, tmp_path, capfd):
     def trainable(config):
         tune.report({"loss": 1.0})
 
@@ -446,7 +446,7 @@ def test_verbose_zero_is_silent(ray2, tmp_path, capfd):
     assert out == "" and err == ""
 
 
-def test_bad_arguments(ray2, tmp_path):
+def test_bad_arguments(ray_start, tmp_path):
     def trainable(config):
         pass
 

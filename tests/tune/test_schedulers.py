@@ -21,7 +21,7 @@ def curve(config):
         tune.report({"loss": 1.0 / (i + 1) + config["q"]})
 
 
-def test_asha_keeps_its_rungs_across_a_resume(ray2, tmp_path):
+def test_asha_keeps_its_rungs_across_a_resume(ray_start, tmp_path):
     """The finished trials' rung records come back on resume: without them the next trials compete
     only with each other, and a resumed week-long sweep stops pruning the bad ones."""
     def trainable(config):
@@ -38,7 +38,7 @@ def test_asha_keeps_its_rungs_across_a_resume(ray2, tmp_path):
     assert again[4].early_stopped and not again[1].early_stopped   # x=4 is worse than 3 of the 4 at rung 0
 
 
-def test_asha_stops_bad_trials_early(ray2, tmp_path):
+def test_asha_stops_bad_trials_early(ray_start, tmp_path):
     max_t = 24
     qs = [0.5, 0.0, 0.9, 0.3, 0.7, 0.1, 0.8, 0.6]
     sched = tune.ASHAScheduler(max_t=max_t, grace_period=2, reduction_factor=2)
@@ -74,7 +74,7 @@ def test_asha_hands_optuna_only_the_rung_steps():
     assert trial.optuna["next_rung"] == 512
 
 
-def test_median_stopping_rule(ray2, tmp_path):
+def test_median_stopping_rule(ray_start, tmp_path):
     qs = [0.0, 0.1, 1.0, 2.0, 0.02]
     # Two good trials complete first (max_concurrent_trials=2), then the median rule has its samples.
     a = tune.run(curve, config={"q": tune.grid_search(qs), "steps": 20, "sleep": 0.05}, metric="loss", mode="min",
@@ -112,7 +112,7 @@ def test_median_stopping_rule_is_rays():
     assert tune.MedianStoppingRule().time_attr == "time_total_s" and tune.MedianStoppingRule().grace_period == 60
 
 
-def test_optuna_pruner_as_scheduler(ray2, tmp_path):
+def test_optuna_pruner_as_scheduler(ray_start, tmp_path):
     a = tune.run(curve, config={"q": tune.grid_search([0.0, 0.1, 5.0]), "steps": 20, "sleep": 0.05},
                  metric="loss", mode="min", max_concurrent_trials=2,
                  scheduler=optuna.pruners.ThresholdPruner(upper=2.0), storage_path=str(tmp_path), verbose=0)
@@ -128,7 +128,7 @@ def quadratic(config):
 SPACE = {"x": tune.uniform(-2.0, 2.0), "y": tune.uniform(-2.0, 2.0)}
 
 
-def test_optuna_search_tpe_beats_random_on_a_quadratic(ray2, tmp_path):
+def test_optuna_search_tpe_beats_random_on_a_quadratic(ray_start, tmp_path):
     n = 40
     kw = dict(config=SPACE, num_samples=n, metric="loss", mode="min", max_concurrent_trials=1,
               storage_path=str(tmp_path), verbose=0)
@@ -146,7 +146,7 @@ def test_optuna_search_tpe_beats_random_on_a_quadratic(ray2, tmp_path):
     assert type(tpe.study.sampler).__name__ == "TPESampler"
 
 
-def test_optuna_search_with_another_sampler_and_its_own_metric(ray2, tmp_path):
+def test_optuna_search_with_another_sampler_and_its_own_metric(ray_start, tmp_path):
     search = tune.OptunaSearch(metric="loss", mode="min", sampler=optuna.samplers.NSGAIISampler(seed=0))
     a = tune.run(quadratic, config=SPACE, num_samples=8, search_alg=search, storage_path=str(tmp_path), verbose=0)
     assert len(a.trials) == 8 and a.best_trial is not None

@@ -67,7 +67,7 @@ def checkpoint_iterations(trial) -> list[int]:
     return [json.load(open(os.path.join(trial.path, n, ".tune_checkpoint.json")))["training_iteration"] for n in names]
 
 
-def test_class_trainable_steps_checkpoints_and_stops(ray2, tmp_path):
+def test_class_trainable_steps_checkpoints_and_stops(ray_start, tmp_path):
     cls = make_counter(str(tmp_path))
     a = tune.run(cls, config={"lr": tune.grid_search([1.0, 2.0])}, stop={"training_iteration": 5},
                  storage_path=str(tmp_path / "r"), verbose=0,
@@ -82,7 +82,7 @@ def test_class_trainable_steps_checkpoints_and_stops(ray2, tmp_path):
     assert events.count("setup") == 2 and events.count("cleanup") == 2 and "load" not in events
 
 
-def test_done_and_should_checkpoint_in_a_result(ray2, tmp_path):
+def test_done_and_should_checkpoint_in_a_result(ray_start, tmp_path):
     class Ends(tune.Trainable):
         def step(self):
             return {"i": self.iteration, "done": self.iteration == 2, "should_checkpoint": self.iteration == 1}
@@ -98,7 +98,7 @@ def test_done_and_should_checkpoint_in_a_result(ray2, tmp_path):
     assert open(os.path.join(t.checkpoint.path, "state.txt")).read() == "2"   # saved after the step it came with
 
 
-def test_a_failed_step_restarts_from_the_latest_checkpoint(ray2, tmp_path):
+def test_a_failed_step_restarts_from_the_latest_checkpoint(ray_start, tmp_path):
     cls = make_counter(str(tmp_path), fail_at=4)
     a = tune.run(cls, config={"lr": 1.0}, stop={"training_iteration": 6}, max_failures=1,
                  storage_path=str(tmp_path / "r"), verbose=0,
@@ -112,7 +112,7 @@ def test_a_failed_step_restarts_from_the_latest_checkpoint(ray2, tmp_path):
     assert rows == [1, 2, 3, 4, 5, 6]
 
 
-def test_tuner_reuse_actors_resets_the_object_in_place(ray2, tmp_path):
+def test_tuner_reuse_actors_resets_the_object_in_place(ray_start, tmp_path):
     cls = make_counter(str(tmp_path), resets=True)
     grid = tune.Tuner(cls, param_space={"lr": tune.grid_search([1.0, 2.0, 3.0, 4.0])},
                       tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
@@ -131,7 +131,7 @@ def test_tuner_reuse_actors_resets_the_object_in_place(ray2, tmp_path):
     assert not any(c[0] == "cleanup" for c in log)              # kept for the next trial until the worker exits
 
 
-def test_without_reset_config_each_trial_builds_its_own(ray2, tmp_path):
+def test_without_reset_config_each_trial_builds_its_own(ray_start, tmp_path):
     cls = make_counter(str(tmp_path), resets=False)
     tune.run(cls, config={"lr": tune.grid_search([1.0, 2.0, 3.0])}, stop={"training_iteration": 1}, reuse_actors=True,
              max_concurrent_trials=1, storage_path=str(tmp_path / "r"), verbose=0)
@@ -142,7 +142,7 @@ def test_without_reset_config_each_trial_builds_its_own(ray2, tmp_path):
         assert mine.count("cleanup") == mine.count("setup") - 1
 
 
-def test_with_parameters_reaches_setup(ray2, tmp_path):
+def test_with_parameters_reaches_setup(ray_start, tmp_path):
     class Uses(tune.Trainable):
         def setup(self, config, data=None):
             self.total = sum(data)

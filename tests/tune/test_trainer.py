@@ -10,7 +10,7 @@ from raylite import tune  # noqa: E402
 
 
 @pytest.mark.timeout(150)
-def test_trial_runs_nested_trainer(ray2, tmp_path):
+def test_trial_runs_nested_trainer(ray_start, tmp_path):
     train = pytest.importorskip("raylite.train")
     pytest.importorskip("torch")
     if not hasattr(train, "Trainer"):

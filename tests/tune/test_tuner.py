@@ -29,7 +29,7 @@ def run_config(tmp_path, name, **kw):
 
 
 # ---------------------------------------------------------------------------- fit and ResultGrid
-def test_fit_finds_best_config_and_result_grid(runtime, tmp_path):
+def test_fit_finds_best_config_and_result_grid(ray_module, tmp_path):
     def trainable(config):
         x = config["x"]
         tune.report({"loss": (x - 3) ** 2, "acc": x}, checkpoint=tune.Checkpoint.from_dict({"it": 1}))
@@ -77,7 +77,7 @@ def test_fit_finds_best_config_and_result_grid(runtime, tmp_path):
         tuner.fit()
 
 
-def test_result_grid_reads_each_history_when_asked(runtime, tmp_path):
+def test_result_grid_reads_each_history_when_asked(ray_module, tmp_path):
     """A ResultGrid reads a trial's history from its result.json on demand, not all of them up front:
     10 trials of 5,000 reports took 56 MB and 0.7 s to load, which thousands of trials multiply."""
     def trainable(config):
@@ -94,7 +94,7 @@ def test_result_grid_reads_each_history_when_asked(runtime, tmp_path):
     assert len(grid[1].metrics_dataframe) == 4
 
 
-def test_failed_trials_land_in_errors_without_raising(runtime, tmp_path):
+def test_failed_trials_land_in_errors_without_raising(ray_module, tmp_path):
     marker = str(tmp_path / "failed_once")
 
     def trainable(config):
@@ -119,7 +119,7 @@ def test_failed_trials_land_in_errors_without_raising(runtime, tmp_path):
     assert results.get_best_result(metric="score", mode="max").config == {"x": 3}
 
 
-def test_single_trial_is_best_without_metric(runtime, tmp_path):
+def test_single_trial_is_best_without_metric(ray_module, tmp_path):
     results = tune.Tuner(lambda config: {"v": 1}, run_config=run_config(tmp_path, "one")).fit()
     assert len(results) == 1 and results.get_best_result().metrics["v"] == 1
 
@@ -133,7 +133,7 @@ def windowed(config):
                  "offset": config.get("offset", 0)})
 
 
-def test_with_resources_runs_whole_machine_trials_one_at_a_time(runtime, tmp_path):
+def test_with_resources_runs_whole_machine_trials_one_at_a_time(ray_module, tmp_path):
     results = tune.Tuner(tune.with_resources(windowed, {"cpu": 2}), tune_config=tune.TuneConfig(num_samples=3),
                          run_config=run_config(tmp_path, "res")).fit()
     assert results.num_terminated == 3
@@ -145,7 +145,7 @@ def test_with_resources_runs_whole_machine_trials_one_at_a_time(runtime, tmp_pat
     assert max_overlap([(r.metrics["start"], r.metrics["end"]) for r in results]) == 2
 
 
-def test_placement_group_factory_is_the_sum_of_its_bundles(runtime, tmp_path):
+def test_placement_group_factory_is_the_sum_of_its_bundles(ray_module, tmp_path):
     pgf = tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 1}])
     assert pgf.required_resources == {"CPU": 2.0}
     assert tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}, {"CPU": 2, "custom": 1}, {}]).required_resources == \
@@ -167,14 +167,14 @@ def test_placement_group_factory_is_the_sum_of_its_bundles(runtime, tmp_path):
         tune.run(tune.with_resources(windowed, {"cpu": 2}), resources_per_trial={"cpu": 1}, verbose=0)
 
 
-def test_resource_a_machine_lacks_is_an_error_naming_it(runtime, tmp_path):
+def test_resource_a_machine_lacks_is_an_error_naming_it(ray_module, tmp_path):
     tuner = tune.Tuner(tune.with_resources(windowed, {"cpus": 2}), run_config=run_config(tmp_path, "typo"))
     with pytest.raises(ValueError, match="cpus"):
         tuner.fit()
 
 
 # ---------------------------------------------------------------------------- restore
-def test_restore_continues_an_interrupted_experiment(runtime, tmp_path):
+def test_restore_continues_an_interrupted_experiment(ray_module, tmp_path):
     flag, runs = tmp_path / "interrupt", tmp_path / "runs"
     flag.touch()
     runs.mkdir()
@@ -206,7 +206,7 @@ def test_restore_continues_an_interrupted_experiment(runtime, tmp_path):
 
     with pytest.raises(ValueError, match="same trainable"):
         tune.Tuner.restore(path, windowed)
-    with pytest.raises(NotImplementedError, match="resume_unfinished"):   # errored trials: test_tune_docs.py
+    with pytest.raises(NotImplementedError, match="resume_unfinished"):   # errored trials: tests/tune/test_docs.py
         tune.Tuner.restore(path, trainable, resume_unfinished=False)
     with pytest.raises(FileNotFoundError, match="tuner.pkl"):
         tune.Tuner.restore(str(tmp_path / "nothing"), trainable)

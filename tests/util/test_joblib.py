@@ -15,7 +15,8 @@ def _where(x):
 
 
 @pytest.fixture
-def ray_backend():
+def joblib_backend():
+    """joblib's "ray" backend registered (raylite.util.joblib); the runtime it starts is shut down after."""
     from raylite.util.joblib import register_ray
     register_ray()
     yield
@@ -23,7 +24,7 @@ def ray_backend():
         ray.shutdown()
 
 
-def test_parallel_runs_on_raylite_workers(ray_backend):
+def test_parallel_runs_on_raylite_workers(joblib_backend):
     ray.init(num_cpus=2)
     with joblib.parallel_backend("ray"):
         out = joblib.Parallel(n_jobs=2)(joblib.delayed(_where)(i) for i in range(12))
@@ -34,7 +35,7 @@ def test_parallel_runs_on_raylite_workers(ray_backend):
     assert pids <= workers
 
 
-def test_all_cpus_with_n_jobs_minus_one_and_errors_propagate(ray_backend):
+def test_all_cpus_with_n_jobs_minus_one_and_errors_propagate(joblib_backend):
     def boom(x):
         raise ValueError(f"bad input {x}")
 
@@ -46,7 +47,7 @@ def test_all_cpus_with_n_jobs_minus_one_and_errors_propagate(ray_backend):
     assert joblib.parallel.get_active_backend()[0].__class__.__name__ != "RayBackend"
 
 
-def test_ray_remote_args_reach_the_pool_actors(ray_backend):
+def test_ray_remote_args_reach_the_pool_actors(joblib_backend):
     ray.init(num_cpus=2, resources={"pool_slot": 2})
     from raylite.util.joblib.ray_backend import RayBackend
     backend = RayBackend(ray_remote_args={"resources": {"pool_slot": 1}})
