@@ -40,6 +40,7 @@ for _path in (str(TESTS_DIR), str(REPO_ROOT)):
 import backend  # noqa: E402
 from helpers import pid_alive as _pid_alive, wait_until as _wait_until  # noqa: E402
 
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "local_only(reason): cannot apply on Ray (white-box, zygote, shared "
                                        "memory, ...): skipped when RAYLITE_TEST_BACKEND=ray")
@@ -110,6 +111,20 @@ def ray_start(request, ray_init):
     yield ray
 
 
+@pytest.fixture(scope="module")
+def ray_module():
+    """One 2-CPU runtime shared by a module's tests (warm workers across them), shut down after it."""
+    import raylite as ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    backend.init(num_cpus=2)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 # --------------------------------------------------------------------------
 # small helpers, exposed as fixtures (no `import conftest` in test modules)
 # --------------------------------------------------------------------------
@@ -136,16 +151,19 @@ def _wait_pids_gone(pids, timeout=10.0, what="worker processes"):
 
 @pytest.fixture
 def wait_until():
+    """helpers.wait_until: ``wait_until(predicate, timeout, what=...)`` polls, failing the test at the deadline."""
     return _wait_until
 
 
 @pytest.fixture
 def pid_alive():
+    """helpers.pid_alive: ``pid_alive(pid)``, False for a zombie."""
     return _pid_alive
 
 
 @pytest.fixture
 def wait_pids_gone():
+    """``wait_pids_gone(pids, timeout, what=...)``: fails the test, naming their command lines, if any outlives it."""
     return _wait_pids_gone
 
 
@@ -289,17 +307,3 @@ def _results_in_tmp(tmp_path_factory):
     """Train and Tune runs without an explicit path write here, never into the user's home."""
     os.environ["RAYLITE_RESULTS_DIR"] = str(tmp_path_factory.mktemp("raylite_results"))
     yield
-
-
-@pytest.fixture(scope="module")
-def ray_module():
-    """One 2-CPU runtime shared by a module's tests (warm workers across them), shut down after it."""
-    import raylite as ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    backend.init(num_cpus=2)
-    try:
-        yield
-    finally:
-        ray.shutdown()
