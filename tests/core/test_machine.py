@@ -68,6 +68,7 @@ def test_a_small_free_figure_wins_over_a_large_limit(tmp_path, monkeypatch):
     assert machine.memory_available(root) == 1 << 30
 
 
+@pytest.mark.local_only("raylite's own reading of the container's CPUs and memory: a Ray node sizes itself")
 def test_init_without_counts_uses_what_the_container_allows(ray_init, monkeypatch):
     monkeypatch.setattr(machine, "cpu_count", lambda: 3)
     monkeypatch.setattr(machine, "memory_available", lambda: 10 << 30)

@@ -9,6 +9,8 @@ import pytest
 import raylite as ray
 from raylite.core.segment_pool import SegmentPool
 
+pytestmark = pytest.mark.local_only("the local runtime's shared-memory segments (Ray has its own object store)")
+
 N = 300_000  # 2.4 MB of float64: above the 1 MB shared-memory threshold
 
 
