@@ -11,6 +11,7 @@ import random
 import sys
 
 import raylite as ray
+from raylite.plugins._phases import Phases
 from raylite.util.placement import node_address
 
 FORWARDED_ENV_PREFIXES = ("PL_", "TORCH_", "NCCL_", "GLOO_", "CUBLAS_", "CUDA_LAUNCH_BLOCKING")
@@ -46,6 +47,8 @@ class _Worker:
 
     def __init__(self, init_hook=None):
         self.init_hook = init_hook
+        self.started = Phases()   # this process's start, reported with its first call
+        self.started.mark("worker_up")
 
     def ready(self, rendezvous_dir: str) -> tuple[str, str, int, bool]:
         """Node id, IP and a free port there (the TCP rendezvous, if this actor becomes rank 0 on a
@@ -53,7 +56,9 @@ class _Worker:
         return (*node_address(), os.path.isdir(rendezvous_dir))
 
     def warm(self) -> int:
+        self.started.mark("import_start")
         from raylite.plugins import _compat  # noqa: F401 - torch + Lightning
+        self.started.mark("imported")
         hook, self.init_hook = self.init_hook, None
         if hook is not None:
             hook()
@@ -61,8 +66,11 @@ class _Worker:
 
     def run(self, payload, spec: dict):
         global _session
+        phases, self.started = self.started, Phases()
+        phases.mark("run")
         _apply_spec(spec)
         strategy, trainer, function, args, kwargs = payload
+        strategy._raylite_phases = phases
         rank = spec["rank"]
         strategy._raylite_assign(rank=rank, world_size=spec["world_size"], layout=spec["layout"],
                                  address=spec["address"], port=spec["port"], init_method=spec["init_method"],
@@ -70,9 +78,14 @@ class _Worker:
         _session = _WorkerSession(rank, spec["world_size"], spec["mailbox"])
         try:
             results = function(*args, **kwargs)
-            return _collect(strategy, trainer, results, rank)
+            out = _collect(strategy, trainer, results, rank)
+            if rank == 0:
+                phases.mark("collected")
+                out["phases"] = phases.marks
+            return out
         finally:
             _session = None
+            strategy._raylite_phases = None
 
 
 def _apply_spec(spec: dict) -> None:

@@ -36,6 +36,7 @@ import warnings
 import raylite as ray
 from raylite import exceptions
 from raylite.train.config import check_placeable
+from raylite.plugins._phases import Phases
 from raylite.util.rendezvous import Rendezvous
 from raylite.util.placement import layouts
 from raylite.plugins._predictions import merge_predictions
@@ -231,6 +232,8 @@ class RayLauncher(_launcher_base()):
         return True
 
     def launch(self, function, *args, trainer=None, **kwargs):
+        phases = Phases()
+        phases.mark("launch")
         if not ray.is_initialized():
             from raylite.plugins._preload import init_with_preload
             init_with_preload()
@@ -241,6 +244,7 @@ class RayLauncher(_launcher_base()):
                         "num_cpus_per_worker")
         key = (num_workers, repr(sorted(options.items())), strategy.init_hook)
         group = _pool.acquire(key, num_workers, options, strategy.init_hook)
+        phases.mark("group_acquired")
         self._group = group
         mailbox = None
         healthy = False
@@ -248,6 +252,7 @@ class RayLauncher(_launcher_base()):
             if trainer is not None and _wants_mailbox(trainer):
                 mailbox = ray.remote(_Mailbox).options(num_cpus=0).remote()
             payload = ray.put((strategy, trainer, function, args, kwargs))
+            phases.mark("payload_put")
             spec = {
                 "world_size": num_workers,
                 "env": {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)},
@@ -256,11 +261,13 @@ class RayLauncher(_launcher_base()):
                 "global_state": _capture_global_state(), "mailbox": mailbox,
             }
             group.wait_started()
+            phases.mark("group_started")
             spec.update(address=group.address, port=group.port, init_method=group.init_method)
             refs = [actor.run.remote(payload, {**spec, "rank": rank, "layout": layout})
                     for rank, (actor, layout) in enumerate(zip(group.actors, group.layouts))]
             del payload
             outputs = self._wait(refs, mailbox, group.pids)
+            phases.mark("outputs")
             healthy = True
         finally:
             self._group = None
@@ -270,9 +277,15 @@ class RayLauncher(_launcher_base()):
                 except Exception:  # noqa: BLE001
                     pass
             _pool.release(group, healthy)
+        phases.update(outputs[0].pop("phases", None) if outputs[0] else None)
         if trainer is None:
+            strategy._raylite_last = {"phases": phases.relative()}
             return outputs[0]["results"]
-        return _recover(strategy, trainer, outputs)
+        try:
+            return _recover(strategy, trainer, outputs)
+        finally:
+            phases.mark("recovered")
+            strategy._raylite_last["phases"] = phases.relative()
 
     def _wait(self, refs: list, mailbox, pids: list[int]) -> list:
         pending = list(refs)

@@ -66,6 +66,7 @@ class _RayWorkers:
         self._raylite_init_method: str | None = None   # the group's rendezvous, in a worker
         self._raylite_local = None   # the same-host fast path's LocalGroup, in a worker during fit
         self._raylite_fastpath = _fastpath.wanted()
+        self._raylite_phases = None   # in a worker during a call: its raylite.plugins._phases.Phases
         # One entry per worker (Lightning counts processes from it); every worker's own device is
         # device 0 of what raylite made visible to it, see root_device.
         device = torch.device("cuda", 0) if self.use_gpu else torch.device("cpu")
@@ -99,10 +100,26 @@ class _RayWorkers:
                                         local_world_size=layout.local_world_size, node_rank=layout.node_rank,
                                         address=address, port=port)
 
+    def _raylite_mark(self, name: str) -> None:
+        phases = getattr(self, "_raylite_phases", None)
+        if phases is not None:
+            phases.mark(name)
+
     def setup_environment(self) -> None:
+        self._raylite_mark("setup_environment")
         self._raylite_join_group()
+        self._raylite_mark("process_group")
         super().setup_environment()   # Lightning's own init finds the process group up and keeps it
         self._raylite_connect_local()
+        self._raylite_mark("environment_ready")
+
+    def setup(self, trainer) -> None:
+        super().setup(trainer)
+        self._raylite_mark("model_ready")
+
+    def training_step(self, *args, **kwargs):
+        self._raylite_mark("first_step")
+        return super().training_step(*args, **kwargs)
 
     def _raylite_join_group(self) -> None:
         """Lightning's process group init (``_init_dist_connection``: same backend, ranks, timeout
@@ -170,10 +187,12 @@ class _RayWorkers:
         local.close()
 
     def teardown(self) -> None:
+        self._raylite_mark("loop_end")
         try:
             super().teardown()
         finally:
             self._raylite_disconnect_local()
+            self._raylite_mark("teardown_done")
 
     def _raylite_root_device(self) -> torch.device:
         if not self.use_gpu:
@@ -191,7 +210,8 @@ class _RayWorkers:
     @property
     def worker_results(self) -> dict:
         """``global_step`` and ``current_epoch`` of rank 0 after the last call (the driver's
-        ``trainer.global_step`` stays 0: its loops never ran)."""
+        ``trainer.global_step`` stays 0: its loops never ran), and ``phases``: when the call's steps
+        happened, in seconds after it began (the driver's and rank 0's, see raylite.plugins._phases)."""
         return dict(self._raylite_last)
 
 

@@ -125,16 +125,38 @@ def test_fit_two_workers_updates_driver_and_metrics(ray_preloaded, tmp_path):
     assert all(torch.equal(ckpt[k], v) for k, v in model.state_dict().items())
 
 
-def test_second_fit_reuses_warm_workers(ray_preloaded, tmp_path):
+class PidProbe(pl.Callback):
+    """Rank 0's process id (its state comes back to the driver)."""
+
+    def __init__(self):
+        self.pid = None
+
+    def on_train_start(self, trainer, pl_module):
+        self.pid = os.getpid()
+
+    def state_dict(self):
+        return {"pid": self.pid}
+
+    def load_state_dict(self, state_dict):
+        self.pid = state_dict["pid"]
+
+
+def test_second_fit_reuses_warm_workers_and_a_new_config_gets_fresh_ones(ray_preloaded, tmp_path):
     from raylite.plugins import RayStrategy
 
-    model = Net()
-    _trainer(RayStrategy(num_workers=2), tmp_path).fit(model, _loader())   # warm (or warms up)
-    t0 = time.perf_counter()
-    trainer = _trainer(RayStrategy(num_workers=2), tmp_path, max_steps=4)
-    trainer.fit(model, _loader())
-    assert time.perf_counter() - t0 < 8.0, "a second fit should not start workers again"
-    assert trainer.state.finished
+    def fit(**kwargs):
+        probe = PidProbe()
+        trainer = _trainer(RayStrategy(num_workers=2, **kwargs), tmp_path, max_steps=4, callbacks=[probe])
+        trainer.fit(Net(), _loader())
+        assert trainer.state.finished
+        return probe.pid, trainer.strategy.worker_results["phases"]
+
+    first, _ = fit()   # warm (or warms up)
+    again, phases = fit()   # a new Trainer and an equal strategy: the same group, no worker started
+    assert again == first and "worker_up" not in phases
+    assert phases["process_group"] - phases["setup_environment"] < 0.5   # the process group stayed up
+    other, phases = fit(num_cpus_per_worker=0.5)   # another config: another group
+    assert other != first and "worker_up" in phases and "imported" in phases
 
 
 def test_validate_and_test_return_metrics(ray_preloaded, tmp_path):
