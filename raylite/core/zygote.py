@@ -8,6 +8,10 @@ code runs. When the driver goes away, the zygote kills its workers, removes the 
 shared-memory segments and runtime_env copies (raylite.core.working_dir) and exits; workers die
 with the zygote (PR_SET_PDEATHSIG). The processes a task starts go with their worker: the zygote
 is their subreaper and ends them (see _Children) unless they detached with setsid.
+
+A preload (RAYLITE_PRELOAD, e.g. torch and Lightning for RayStrategy) that the driver has imported
+already comes for free: the zygote is then the driver's fork, made only while that is safe (see
+fork_refusal; RAYLITE_ZYGOTE_FORK=0 turns it off), instead of a new interpreter importing it again.
 """
 from __future__ import annotations
 
@@ -56,12 +60,17 @@ class Zygote:
         self.ready = False
         env = dict(os.environ)
         preload = preload_names(env.get(PRELOAD_ENV, ""), env.get(AUTO_PRELOAD_ENV, ""), sys.modules)
+        from raylite.core.zygote_fork import FORK_ENV, fork_refusal
+        refusal = fork_refusal(preload, env.get(FORK_ENV, ""), sys.modules)
         if preload:
             env[PRELOAD_ENV] = preload
         self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p])
         env.pop("PYTHONDONTWRITEBYTECODE", None)   # the zygote's start is on the first task's path
+        self.forked = refusal is None and self._fork(child, env)
+        if self.forked:
+            return
         os.set_inheritable(child.fileno(), True)
         # -P (3.11+): -c would put the working directory first on sys.path, where another raylite (or a
         # module named like one of the stdlib's) would shadow the one the driver imported
@@ -72,6 +81,37 @@ class Zygote:
                 env, setsid=True, file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
         finally:
             child.close()
+
+    def _fork(self, child, env: dict) -> bool:
+        """Fork this process as the zygote (see fork_refusal): it starts with everything the
+        driver imported, torch and Lightning included. The fork also stops the threads that numpy's
+        OpenBLAS keeps (its fork handler does); any thread left then (torch's OpenMP pool, which a
+        forked child would wait for forever) means the child is killed unused and False returned."""
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:   # a child's copy of unwritten output must not be written twice
+                stream.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        go_r, go_w = os.pipe()
+        import warnings
+        with warnings.catch_warnings():   # 3.12+ warns of native threads: OpenBLAS's stop at fork, see above
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            self.sock.close()
+            os.close(go_w)
+            _become_zygote(child.detach(), self.session, env, go_r)
+        os.close(go_r)
+        from raylite.core.zygote_fork import threads
+        if threads() != 1:
+            os.close(go_w)   # the child sees EOF and exits
+            os.waitpid(pid, 0)
+            return False
+        os.write(go_w, b"1")
+        os.close(go_w)
+        child.close()
+        self.pid = pid
+        return True
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Block until the zygote has imported the core (not RAYLITE_PRELOAD, which goes on in the
@@ -117,6 +157,28 @@ class Zygote:
                 os.waitpid(pid, 0)
                 return
             time.sleep(0.002)
+
+
+def _become_zygote(fd: int, session: str, env: dict, go_r: int) -> None:
+    """In the driver's forked child: once the driver says go, become what ``python -c _MAIN``
+    starts (raylite.core.zygote_fork.become_child), then serve; never return to the driver's code."""
+    code = 1
+    try:
+        go = os.read(go_r, 1)
+        os.close(go_r)
+        if go != b"1":
+            return
+        from raylite.core.zygote_fork import become_child
+        become_child(fd, env)
+        import socket
+        with socket.socket(fileno=fd) as driver:
+            _serve(driver, session)
+        code = 0
+    except BaseException:   # noqa: BLE001 - said, then the process ends; never the driver's code
+        import traceback
+        traceback.print_exc()
+    finally:
+        os._exit(code)
 
 
 def _set_parent_death_signal(libc) -> None:
