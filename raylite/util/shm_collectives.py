@@ -15,9 +15,10 @@ own runtime), ``LocalGroup`` replaces those two with a shared-memory segment tha
 * ``sigterm_check``: stands in for Lightning's per-step ``_broadcast_sigterm_tensor``. A SIGTERM to
   any rank sets a flag in the segment (instead of Lightning's collective inside the signal
   handler, which can deadlock when it hits a rank that is not rank 0); at the start of each
-  training step rank 0 decides, and publishes, whether the run stops at this step; the other ranks
-  read rank 0's decision for the same step. So every rank raises Lightning's ``SIGTERMException``
-  at the same step, as Lightning's broadcast intends.
+  training step rank 0 decides, and publishes, whether the run stops at the next step; the other
+  ranks read rank 0's decision for their step. So every rank raises Lightning's
+  ``SIGTERMException`` at the same step (one later than Lightning's broadcast would), as that
+  broadcast intends, without a wait for rank 0 at every step.
 
 Waiting polls (with ``sched_yield``) for half a millisecond, then sleeps on a futex in the segment
 that every publish wakes (one wake-up, where gloo needs its I/O thread and then the caller woken);
@@ -242,16 +243,19 @@ class LocalGroup:
             self._publish()
 
     def sigterm_check(self, received: bool) -> bool:
-        """Once per training step on every rank: whether all ranks stop now (rank 0 decides)."""
+        """Once per training step on every rank: whether all ranks stop now. Rank 0 decides one
+        step ahead (a SIGTERM seen at step k stops every rank at step k+1), so the others need
+        rank 0 only to have passed the previous step's check, which the previous step's gradient
+        allreduce already guarantees: the check costs them no wait."""
         k = self.checks = self.checks + 1
         ctl = self.ctl
         if self.rank == 0:
-            if received or ctl[_CTL_SIGTERM]:
-                ctl[_CTL_STOP] = k
+            if (received or ctl[_CTL_SIGTERM]) and not ctl[_CTL_STOP]:
+                ctl[_CTL_STOP] = k + 1
             ctl[_CTL_R0_CHECK] = k   # after the decision
             self._publish()
-            return ctl[_CTL_STOP] == k
-        self._wait(lambda: ctl[_CTL_R0_CHECK] >= k, "the per-step SIGTERM check")
+        else:
+            self._wait(lambda: ctl[_CTL_R0_CHECK] >= k - 1, "the per-step SIGTERM check")
         stop = int(ctl[_CTL_STOP])
         return stop != 0 and stop <= k
 
