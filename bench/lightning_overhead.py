@@ -7,12 +7,16 @@
   ray      strategy=RayStrategy(num_workers=2) after raylite.plugins.init_with_preload(): the first
            fit (cold: the workers start, forked from a zygote that imported torch and Lightning
            while the driver did) and a second fit with a new Trainer on the warm workers
+  ray-after  the same with init_with_preload() after the driver's imports (examples/wine_quality.py's
+           order): the zygote is the driver's fork, torch and Lightning come with it
   ray-plain  the same after a plain ray.init() (each worker imports torch and Lightning itself)
 
-Targets: ray cold <= 0.5 x ddp; ray warm <= 1.5 x one. Each way runs in a fresh Python process
-(this script with --only WAY), so imports are cold and nothing is shared between them.
+Targets (issue 24): RayStrategy cold <= 1.5 x one, warm <= 1.0 x one. Each way runs in a fresh
+Python process (this script with --only WAY), so imports are cold and nothing is shared between
+them; with --repeat N the ways run in N rounds, back to back, and each ratio is taken per round.
+The phases (raylite.plugins' worker_results["phases"]) say where a fit's seconds went.
 
-    python bench/lightning_overhead.py [--data PATH] [--steps 1000] [--repeat 1] [-v]
+    python bench/lightning_overhead.py [--data PATH] [--steps 1000] [--repeat 1] [--ways one,ray-after] [-v]
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "wine-quality" / "winequality-red.csv"
-WAYS = ("one", "ddp", "ray", "ray-plain")
+WAYS = ("one", "ddp", "ray", "ray-after", "ray-plain")
 
 
 def _wine():
@@ -59,6 +63,9 @@ def _fit(wq, data, steps, strategy, devices, out: dict, prefix: str = ""):
     out[prefix + "fit_s"] = time.perf_counter() - t0
     out[prefix + "loop_s"] = recorder.seconds
     out[prefix + "accuracy"] = wq.accuracy(module.model, data["X_test"], data["y_test"])
+    phases = getattr(trainer.strategy, "worker_results", {}).get("phases")
+    if phases:
+        out[prefix + "phases"] = phases
     return trainer
 
 
@@ -92,6 +99,11 @@ def child(way: str, data_path: str, steps: int) -> None:
         cloudpickle.register_pickle_by_value(wq)   # the workers cannot import the example by name
         if way == "ray-plain":   # plain init after the imports: each worker imports for itself
             ray.init(num_cpus=2)
+        elif way == "ray-after":   # after the imports: the zygote forks from this process
+            from raylite.plugins import init_with_preload
+            t0 = time.perf_counter()
+            init_with_preload(num_cpus=2)
+            out["init_s"] = time.perf_counter() - t0
         try:
             _fit(wq, data, steps, RayStrategy(num_workers=2), "auto", out)
             _fit(wq, data, steps, RayStrategy(num_workers=2), "auto", out, "warm_")
@@ -116,7 +128,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=os.environ.get("RAYLITE_WINE_DATA") or str(DEFAULT_DATA))
     p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--repeat", type=int, default=1, help="runs of each way; the best is shown")
+    p.add_argument("--repeat", type=int, default=1, help="rounds (each runs every way once, back to back)")
+    p.add_argument("--ways", default=",".join(WAYS), help=f"comma-separated subset of {','.join(WAYS)} (one is needed)")
     p.add_argument("--only", choices=WAYS, help=argparse.SUPPRESS)
     p.add_argument("--workdir", default=None, help="working directory of the runs (default: a temp dir)")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -127,42 +140,59 @@ def main(argv=None) -> int:
     if not os.path.isfile(args.data):
         print(f"error: wine data not found at {args.data} (--data PATH)", file=sys.stderr)
         return 2
+    ways = [w for w in WAYS if w in args.ways.split(",")]
+    if "one" not in ways:
+        print("error: --ways must include one (the ratios' base)", file=sys.stderr)
+        return 2
     import tempfile
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    rounds: list[dict] = []   # each: way -> that run's figures; the ways of a round run back to back
     with tempfile.TemporaryDirectory() as tmp:
         args.workdir = args.workdir or tmp
-        best: dict = {}
         for _ in range(args.repeat):
-            for way in WAYS:
-                r = run_child(way, args)
-                for k, v in r.items():
-                    if isinstance(v, float) and k != "accuracy" and not k.endswith("accuracy"):
-                        best.setdefault(way, {})[k] = min(v, best.get(way, {}).get(k, v))
-                    else:
-                        best.setdefault(way, {})[k] = v
-    one, ddp, ray, plain = best["one"], best["ddp"], best["ray"], best["ray-plain"]
-    rows = [
-        ("Lightning, one process", one["fit_s"], one["loop_s"], one["accuracy"], ""),
-        ("Lightning DDP (2 procs)", ddp["fit_s"], ddp["loop_s"], ddp["accuracy"], ""),
-        ("RayStrategy(2), cold", ray["fit_s"], ray["loop_s"], ray["accuracy"],
-         f"{ray['fit_s'] / ddp['fit_s']:.2f} x DDP (target <= 0.5)"),
-        ("RayStrategy(2), warm", ray["warm_fit_s"], ray["warm_loop_s"], ray["warm_accuracy"],
-         f"{ray['warm_fit_s'] / one['fit_s']:.2f} x one process (target <= 1.5)"),
-        ("  cold, no preload", plain["fit_s"], plain["loop_s"], plain["accuracy"],
-         f"{plain['fit_s'] / ddp['fit_s']:.2f} x DDP"),
-        ("  warm, no preload", plain["warm_fit_s"], plain["warm_loop_s"], plain["warm_accuracy"],
-         f"{plain['warm_fit_s'] / one['fit_s']:.2f} x one process"),
-    ]
-    print(f"wine quality, max_steps={args.steps}, batch 32; fit: seconds around trainer.fit in the driver; "
-          f"loop: rank 0's training loop alone (best of {args.repeat}); driver import of torch+Lightning "
-          f"{one['driver_import_s']:.2f} s (not counted)")
-    print("RayStrategy: init_with_preload(num_cpus=2) first, so raylite's zygote imports torch+Lightning "
-          "while the driver does; 'no preload': ray.init after the imports, each worker imports them")
-    print(f"{'':<26} {'fit (s)':>8} {'loop (s)':>9} {'accuracy':>9}  ratio")
-    for name, fit_s, loop_s, acc, note in rows:
-        print(f"{name:<26} {fit_s:>8.2f} {loop_s:>9.2f} {acc:>9.3f}  {note}")
-    print(f"DDP's own step cost: Lightning DDP loop {ddp['loop_s'] / one['loop_s']:.2f} x the one-process loop; "
-          f"RayStrategy warm fit {ray['warm_fit_s'] / ddp['loop_s']:.2f} x Lightning DDP's loop")
+            rounds.append({way: run_child(way, args) for way in ways})
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    _report(args, ways, rounds)
     return 0
+
+
+def _median(values: list[float]) -> float:
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def _report(args, ways: list[str], rounds: list[dict]) -> None:
+    """Median (min-max) of each figure over the rounds, and each ratio to the one-process fit taken
+    round by round (the runs of a round are back to back, so a drifting machine cancels out)."""
+    def fig(way: str, key: str) -> str:
+        vals = [r[way][key] for r in rounds if key in r[way]]
+        return f"{_median(vals):6.2f} ({min(vals):.2f}-{max(vals):.2f})" if vals else ""
+
+    def ratio(way: str, key: str) -> str:
+        vals = [r[way][key] / r["one"]["fit_s"] for r in rounds if key in r[way]]
+        return f"{_median(vals):.2f} x one ({min(vals):.2f}-{max(vals):.2f})" if vals else ""
+
+    rows = [("one", "fit_s", "loop_s", "Lightning, one process", ""), ("ddp", "fit_s", "loop_s", "Lightning DDP (2 procs)", "")]
+    for way, label in (("ray", "init first"), ("ray-after", "init after imports"), ("ray-plain", "plain ray.init")):
+        rows += [(way, "fit_s", "loop_s", f"RayStrategy(2) cold, {label}", "target <= 1.5"),
+                 (way, "warm_fit_s", "warm_loop_s", f"RayStrategy(2) warm, {label}", "target <= 1.0")]
+    print(f"wine quality, max_steps={args.steps}, batch 32, {len(rounds)} round(s); fit: seconds around "
+          f"trainer.fit in the driver; loop: rank 0's training loop alone; median (min-max)")
+    print(f"{'':<38} {'fit (s)':>18} {'loop (s)':>18}  ratio (fit / one process's, round by round)")
+    for way, fit_key, loop_key, name, target in rows:
+        if way not in ways:
+            continue
+        note = "" if way == "one" else ratio(way, fit_key) + (f"  {target}" if target else "")
+        print(f"{name:<38} {fig(way, fit_key):>18} {fig(way, loop_key):>18}  {note}")
+    for way in ("ray", "ray-after", "ray-plain"):
+        if way not in ways:
+            continue
+        for prefix, what in (("", "cold"), ("warm_", "warm")):
+            phases = rounds[-1][way].get(prefix + "phases")
+            if phases:
+                print(f"phases, {way} {what} (last round, s after launch): "
+                      + " ".join(f"{k}={v:.2f}" for k, v in phases.items()))
 
 
 if __name__ == "__main__":
