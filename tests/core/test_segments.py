@@ -27,13 +27,24 @@ def _settle(predicate, timeout=5.0):
     return predicate()
 
 
+def _pooled():
+    """Wait until a freed segment is in the driver's pool: what the next put of its size reuses."""
+    from raylite.core import segments
+    assert _settle(lambda: segments.pool.bytes > 0), "a freed segment never reached the driver's pool"
+
+
+def _node_caught_up():
+    """A round trip through the node's command queue: the releases sent before it have been handled."""
+    ray.available_resources()
+
+
 @pytest.mark.timeout(60)
 def test_put_reuses_freed_segments(ray_start):
     for i in range(6):
         ref = ray.put(np.full(N, float(i)))
         assert ray.get(ref)[123] == float(i)
         del ref
-        time.sleep(0.05)
+        _pooled()
     # six puts of the same size, each freed before the next: the files are recycled, not piled up
     assert len(_session_segments()) <= 2
 
@@ -43,7 +54,7 @@ def test_driver_array_survives_reuse(ray_start):
     ref = ray.put(np.full(N, 1.0))
     held = ray.get(ref)          # a zero-copy view of the segment
     del ref
-    time.sleep(0.1)
+    _node_caught_up()            # the release has been handled (the view keeps the segment from reuse)
     for i in range(3):
         other = ray.put(np.full(N, 7.0 + i))
         assert ray.get(other)[0] == 7.0 + i
@@ -69,12 +80,12 @@ def test_actor_held_array_survives_reuse(ray_start):
     ref = ray.put(np.full(N, 2.0))
     assert ray.get(keeper.keep.remote(ref)) == 2.0 * N
     del ref
-    time.sleep(0.2)
+    _node_caught_up()   # the release has been handled (the actor's array keeps the segment from reuse)
     for i in range(3):
         other = ray.put(np.full(N, 100.0 + i))
         assert ray.get(other)[-1] == 100.0 + i
         del other
-        time.sleep(0.05)
+        _pooled()
     assert ray.get(keeper.total.remote()) == 2.0 * N
     ray.get(keeper.drop.remote())
 
@@ -89,7 +100,7 @@ def test_task_reader_releases_before_reuse(ray_start):
         ref = ray.put(np.full(N, float(i + 1)))
         assert ray.get([total.remote(ref) for _ in range(3)]) == [float((i + 1) * N)] * 3
         del ref
-        time.sleep(0.1)
+        _pooled()   # once the readers have let it go
     assert _settle(lambda: len(_session_segments()) <= 2)
 
 
@@ -153,7 +164,7 @@ def test_large_values_are_read_through_huge_pages(ray_start, monkeypatch):
     assert pmd_kb >= 4096   # the worker's mapping uses the huge pages, not 4 KiB entries for them
 
     del ref
-    time.sleep(0.1)
+    _pooled()
     smaller = ray.put(np.arange((4 << 20) // 8 + 1, dtype=np.float64))   # reuses the pooled segment
     assert ray.get(read.remote(smaller))[1][-1] == float((4 << 20) // 8)
 
