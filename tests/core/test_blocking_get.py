@@ -25,11 +25,13 @@ def test_large_reply_to_a_nested_get_reaches_the_worker_the_driver_waits_on(ray_
     assert ray.get(reads.remote([blob])) == 2 * BIG
 
 
-def test_other_threads_use_an_actor_while_one_waits_on_it(ray_start):
+def test_other_threads_use_an_actor_while_one_waits_on_it(ray_start, tmp_path, wait_until):
     @ray.remote(max_concurrency=4)
     class Echo:
-        def slow(self, seconds):
-            time.sleep(seconds)
+        def slow(self, started, go):
+            open(started, "w").close()
+            while not os.path.exists(go):
+                time.sleep(0.01)
             return "slow"
 
         def echo(self, data):
@@ -38,14 +40,16 @@ def test_other_threads_use_an_actor_while_one_waits_on_it(ray_start):
     actor = Echo.remote()
     ray.get(actor.echo.remote(b""))
     results = {}
+    started, go = tmp_path / "started", tmp_path / "go"
 
     def waiter():
-        results["slow"] = ray.get(actor.slow.remote(1.0))
+        results["slow"] = ray.get(actor.slow.remote(str(started), str(go)))
 
     thread = threading.Thread(target=waiter)
     thread.start()
-    time.sleep(0.2)   # the waiter is blocked on the actor now
+    wait_until(started.exists, timeout=20, what="the slow call running")   # the waiter is blocked on it
     results["echo"] = [ray.get(actor.echo.remote(b"y" * BIG)) for _ in range(3)]
+    go.touch()
     thread.join(10)
     assert results == {"slow": "slow", "echo": [BIG] * 3}
 

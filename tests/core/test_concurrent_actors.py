@@ -19,13 +19,18 @@ pytestmark = pytest.mark.timeout(60)
 class AsyncSignal:   # Ray's SignalActor test utility
     def __init__(self):
         self.ready = asyncio.Event()
+        self.waiting = 0
 
     def send(self):
         self.ready.set()
 
     async def wait(self):
+        self.waiting += 1
         await self.ready.wait()
         return "released"
+
+    def waiters(self):
+        return self.waiting
 
 
 @ray.remote
@@ -50,14 +55,14 @@ def test_async_actor_call_waits_for_a_later_call(ray_start):
     assert ray.get(waiting) == "released"
 
 
-def test_task_blocked_on_an_async_signal_actor_is_released(ray_start):
+def test_task_blocked_on_an_async_signal_actor_is_released(ray_start, wait_until):
     @ray.remote
     def blocked(signal):
         return ray.get(signal.wait.remote())
 
     signal = AsyncSignal.remote()
     out = [blocked.remote(signal) for _ in range(2)]
-    time.sleep(0.2)
+    wait_until(lambda: ray.get(signal.waiters.remote()) == 2, timeout=20, what="both tasks waiting on the signal")
     signal.send.remote()
     assert ray.get(out) == ["released", "released"]
 
@@ -242,14 +247,16 @@ def test_each_concurrent_call_sees_its_own_runtime_context(ray_start):
 
 
 @pytest.mark.local_only("Ray cancels a queued async call before it starts: its finally never runs")
-def test_cancel_stops_a_running_async_call_and_the_actor_lives_on(ray_start):
+def test_cancel_stops_a_running_async_call_and_the_actor_lives_on(ray_start, tmp_path, wait_until):
     @ray.remote(max_concurrency=1)
     class Sleeper:
         def __init__(self):
             self.cleaned = 0
 
-        async def nap(self, seconds):
+        async def nap(self, seconds, started=None):
             try:
+                if started:
+                    open(started, "w").close()
                 await asyncio.sleep(seconds)
                 return "woke"
             finally:
@@ -259,9 +266,9 @@ def test_cancel_stops_a_running_async_call_and_the_actor_lives_on(ray_start):
             return self.cleaned
 
     sleeper = Sleeper.remote()
-    long = sleeper.nap.remote(60)
+    long = sleeper.nap.remote(60, str(tmp_path / "long"))
     waiting = sleeper.nap.remote(60)   # queued behind max_concurrency=1
-    time.sleep(0.3)
+    wait_until((tmp_path / "long").exists, timeout=20, what="the long nap running")
     # The queued call first: cancelling the long nap first frees its slot, and the queued
     # nap may start (and then run its finally when cancelled) before its own cancel lands.
     ray.cancel(waiting)
@@ -274,22 +281,30 @@ def test_cancel_stops_a_running_async_call_and_the_actor_lives_on(ray_start):
 
 
 @pytest.mark.local_only("Ray raises TaskCancelledError alone, not as a RayTaskError")
-def test_cancelled_async_call_is_a_ray_task_error_even_if_it_swallows_it(ray_start):
+def test_cancelled_async_call_is_a_ray_task_error_even_if_it_swallows_it(ray_start, wait_until):
     """Ray's doc catches a cancelled actor call with `except RayTaskError`."""
     @ray.remote
     class Swallower:
+        def __init__(self):
+            self.started = 0
+
         async def nap(self):
+            self.started += 1
             try:
                 await asyncio.sleep(60)
             except asyncio.CancelledError:
                 return "swallowed"
 
         async def raises(self):
+            self.started += 1
             await asyncio.sleep(60)
+
+        async def running(self):
+            return self.started
 
     actor = Swallower.remote()
     refs = [actor.nap.remote(), actor.raises.remote()]
-    time.sleep(0.3)
+    wait_until(lambda: ray.get(actor.running.remote()) == 2, timeout=20, what="both calls running")
     for ref in refs:
         ray.cancel(ref)
         with pytest.raises(ray.exceptions.RayTaskError) as info:
@@ -358,13 +373,14 @@ def test_concurrency_groups_run_side_by_side_each_within_its_limit(ray_start, ki
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])
-def test_is_canceled_lets_a_running_sync_call_stop_gracefully(ray_start, concurrency):
+def test_is_canceled_lets_a_running_sync_call_stop_gracefully(ray_start, concurrency, tmp_path, wait_until):
     @ray.remote(max_concurrency=concurrency)
     class Worker:
         def __init__(self):
             self.saw_cancel = False
 
-        def loop(self):
+        def loop(self, started):
+            open(started, "w").close()
             for _ in range(1000):
                 if ray.get_runtime_context().is_canceled():
                     self.saw_cancel = True
@@ -377,8 +393,8 @@ def test_is_canceled_lets_a_running_sync_call_stop_gracefully(ray_start, concurr
 
     w = Worker.remote()
     ray.get(w.saw.remote())   # the actor is up (on Ray that takes a while): the cancel finds the loop running
-    ref = w.loop.remote()
-    time.sleep(0.5)
+    ref = w.loop.remote(str(tmp_path / "started"))
+    wait_until((tmp_path / "started").exists, timeout=20, what="the loop running")
     ray.cancel(ref)
     with pytest.raises(ray.exceptions.TaskCancelledError):
         ray.get(ref, timeout=10)

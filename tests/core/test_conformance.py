@@ -3,6 +3,7 @@ written for Ray uses them (issue 20): actor classes, get/wait, call order, place
 streaming generators, CPU accounting while blocked."""
 
 import math
+import os
 import time
 
 import pytest
@@ -303,26 +304,34 @@ def test_handles_to_one_actor_are_equal(ray_start):
 
 
 @pytest.mark.parametrize("kind", ["async", "threaded"])
-def test_a_concurrent_actor_whose_handle_is_gone_finishes_a_call_waiting_on_a_nested_get(ray_start, kind):
+def test_a_concurrent_actor_whose_handle_is_gone_finishes_a_call_waiting_on_a_nested_get(ray_start, kind, tmp_path,
+                                                                                          wait_until):
     """Its handle dropped, an actor ends once its calls are done; a concurrent actor's call waiting
     on another task's result must still get it (it hung: the actor was told to exit meanwhile)."""
+    started, go = str(tmp_path / "started"), str(tmp_path / "go")
+
     @ray.remote
-    def seven():
-        time.sleep(0.5)   # still running when the actor learns its handle is gone
+    def seven(started, go):
+        open(started, "w").close()
+        while not os.path.exists(go):   # runs on until the actor has learned its handle is gone
+            time.sleep(0.01)
         return 7
 
     @ray.remote
     class Async:
-        async def nested(self):
-            return await seven.remote()
+        async def nested(self, started, go):
+            return await seven.remote(started, go)
 
     @ray.remote(max_concurrency=2)
     class Threaded:
-        def nested(self):
-            return ray.get(seven.remote())
+        def nested(self, started, go):
+            return ray.get(seven.remote(started, go))
 
     cls = Async if kind == "async" else Threaded
-    ref = cls.remote().nested.remote()   # (outside the assert, which would keep the handle)
+    ref = cls.remote().nested.remote(started, go)   # (outside the assert, which would keep the handle)
+    wait_until(lambda: os.path.exists(started), timeout=20, what="the nested task running")
+    ray.available_resources()   # a round trip through the node: the dropped handle has reached it
+    open(go, "w").close()
     assert ray.get(ref, timeout=30) == 7
 
 

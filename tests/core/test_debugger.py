@@ -3,7 +3,6 @@ attaches from a terminal with `python -m raylite.util.rpdb` and lets the task go
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -25,8 +24,7 @@ def test_breakpoint_in_a_task_waits_for_the_debugger_cli(ray_start, wait_until):
     ref = answer.remote()
     [(pid, path)] = wait_until(lambda: list(rpdb.waiting().items()), timeout=20)
     assert oct(os.stat(os.path.dirname(path)).st_mode & 0o777) == "0o700"   # only this user gets in
-    time.sleep(0.2)
-    assert ray.wait([ref], timeout=0)[0] == []   # it waits for the debugger
+    assert ray.wait([ref], timeout=0.2)[0] == []   # it waits for the debugger
     cli = subprocess.run([sys.executable, "-m", "raylite.util.rpdb", str(pid)], input="p x\nx = 100\nc\n",
                          capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0, cli.stderr

@@ -421,6 +421,7 @@ def _pid_actor(**options):
             os._exit(1)
 
         def wait_for(self, path):
+            open(path + ".waiting", "w").close()   # the call is running
             while not os.path.exists(path):
                 time.sleep(0.01)
             return "released"
@@ -439,12 +440,12 @@ def test_killed_actor_raises_actor_died_error(ray_start, wait_pids_gone):
     assert isinstance(excinfo.value, exc.RayActorError)
 
 
-def test_kill_actor_fails_in_flight_call(ray_start, tmp_path):
+def test_kill_actor_fails_in_flight_call(ray_start, tmp_path, wait_until):
     Proc = _pid_actor()
     a = Proc.remote()
     ray.get(a.pid.remote())
     ref = a.wait_for.remote(str(tmp_path / "never"))
-    time.sleep(0.2)
+    wait_until((tmp_path / "never.waiting").exists, timeout=20, what="the call running")
     ray.kill(a)
     with pytest.raises(exc.RayActorError):
         ray.get(ref, timeout=20)
@@ -561,18 +562,19 @@ def test_cancel_of_a_task_waiting_for_its_arguments_never_runs_it(ray_start, tmp
         open(marker, "w").close()
         return x
 
-    dep = dependent.remote(producer.remote(str(release)), str(ran))
+    argument = producer.remote(str(release))
+    dep = dependent.remote(argument, str(ran))
     ray.cancel(dep)
     with pytest.raises(exc.TaskCancelledError):
         ray.get(dep, timeout=10)
     release.touch()   # its argument is ready now: the cancelled task must stay cancelled
-    time.sleep(0.5)
+    assert ray.get(argument, timeout=10) == 1
 
-    @ray.remote
-    def after():
+    @ray.remote(num_cpus=2)
+    def after():   # the whole machine: it starts only once a dependent sent on meanwhile has ended
         return "after"
 
-    assert ray.get(after.remote()) == "after"
+    assert ray.get(after.remote(), timeout=20) == "after"
     assert not ran.exists(), "a task cancelled while it waited for its arguments ran anyway"
     assert ray.available_resources()["CPU"] == 2.0
     assert "internal error" not in capfd.readouterr().err
@@ -623,12 +625,13 @@ def test_cancel_right_after_submit_interrupts_a_task_that_has_not_started_yet(ra
 
 
 @pytest.mark.local_only("Ray's get raises TaskCancelledError at once, not after the task's own cleanup")
-def test_a_task_that_catches_the_interrupt_to_clean_up_is_interrupted_once(ray_start, tmp_path):
-    log = tmp_path / "log"
+def test_a_task_that_catches_the_interrupt_to_clean_up_is_interrupted_once(ray_start, tmp_path, wait_until):
+    log, started = tmp_path / "log", tmp_path / "started"
 
     @ray.remote
-    def careful(path):
+    def careful(path, started):
         try:
+            open(started, "w").close()
             time.sleep(30)
         except KeyboardInterrupt:
             time.sleep(1.5)   # cleanup, past every repeat of the signal
@@ -636,8 +639,8 @@ def test_a_task_that_catches_the_interrupt_to_clean_up_is_interrupted_once(ray_s
                 f.write("cleaned up")
             raise
 
-    ref = careful.remote(str(log))
-    time.sleep(0.5)
+    ref = careful.remote(str(log), str(started))
+    wait_until(started.exists, timeout=20, what="the task inside its try")
     ray.cancel(ref)
     with pytest.raises(exc.TaskCancelledError):
         ray.get(ref, timeout=20)
@@ -810,20 +813,22 @@ def test_infeasible_actor_warns_and_does_not_hang(ray_init):
 
 
 @pytest.mark.local_only("on Ray the cancelled parent's child keeps its CPU until it ends")
-def test_cancel_is_recursive_by_default(ray_init):
+def test_cancel_is_recursive_by_default(ray_init, tmp_path, wait_until):
     ray_init(num_cpus=1)
+    started = tmp_path / "child-started"
 
     @ray.remote(num_cpus=1)
-    def child():
+    def child(started):
+        open(started, "w").close()
         time.sleep(30)
         return 1
 
     @ray.remote(num_cpus=1)
-    def parent():
-        return ray.get(child.remote())   # blocked in get: its CPU goes to the child
+    def parent(started):
+        return ray.get(child.remote(started))   # blocked in get: its CPU goes to the child
 
-    ref = parent.remote()
-    time.sleep(1.0)
+    ref = parent.remote(str(started))
+    wait_until(started.exists, timeout=20, what="the child running")
     ray.cancel(ref)
     with pytest.raises(ray.exceptions.TaskCancelledError):
         ray.get(ref, timeout=20)

@@ -374,6 +374,30 @@ def _start_driver(driver_process, tail):
     return driver, pids, shm
 
 
+# In the driver: a thread prints BLOCKED once the main thread sits in raylite's get, its innermost
+# frame unchanged over a few looks (waiting, not on its way in).
+SAYS_WHEN_BLOCKED_IN_GET = r'''
+import threading
+
+def _say_when_blocked(main=threading.main_thread().ident):
+    last, still = None, 0
+    while still < 5:
+        time.sleep(0.01)
+        frame = sys._current_frames().get(main)
+        stack, f = [], frame
+        while f is not None:
+            stack.append((f.f_code.co_name, f.f_code.co_filename))
+            f = f.f_back
+        in_get = any(name == "get" and "raylite" in path for name, path in stack)
+        here = (frame.f_code, frame.f_lineno) if in_get else None
+        still = still + 1 if here is not None and here == last else 0
+        last = here
+    print("BLOCKED", flush=True)
+
+threading.Thread(target=_say_when_blocked, daemon=True).start()
+'''
+
+
 def _sigkill_driver(driver_process, pid_alive):
     driver, pids, shm = _start_driver(
         driver_process, 'print("READY", flush=True)\ntime.sleep(300)\n'
@@ -428,10 +452,9 @@ def test_ctrl_c_while_blocked_in_get_exits_and_cleans_up(driver_process, wait_pi
     # "process_group" is what a terminal's Ctrl-C does; "driver" is `kill -INT`.
     driver, pids, _ = _start_driver(
         driver_process,
-        'print("BLOCKING", flush=True)\nray.get(running)\nprint("GET RETURNED", flush=True)\n',
+        SAYS_WHEN_BLOCKED_IN_GET + 'ray.get(running)\nprint("GET RETURNED", flush=True)\n',
     )
-    driver.wait_for_line("BLOCKING")
-    time.sleep(0.3)  # let the main thread enter get()
+    driver.wait_for_line("BLOCKED")
     if target == "driver":
         os.kill(driver.pid, signal.SIGINT)
     else:
@@ -599,7 +622,7 @@ def test_ctrl_c_during_node_work_is_held_until_that_work_is_done(ray_init):
 
 @pytest.mark.local_only("the local runtime wraps SIGINT for its node's work; on Ray the driver's handler is left "
                         "as it is")
-def test_ctrl_c_handler_in_place_is_wrapped_and_restored(ray_init):
+def test_ctrl_c_handler_in_place_is_wrapped_and_restored(ray_init, wait_until):
     seen = []
 
     def mine(signum, frame):
@@ -610,7 +633,7 @@ def test_ctrl_c_handler_in_place_is_wrapped_and_restored(ray_init):
         ray_init(num_cpus=1)
         assert signal.getsignal(signal.SIGINT) is not mine   # wrapped while raylite runs
         os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.05)
+        wait_until(lambda: seen, timeout=5, what="the handler in place running")   # (between two bytecodes)
         assert seen == [signal.SIGINT]   # outside node work, the handler in place runs as before
         ray.shutdown()
         assert signal.getsignal(signal.SIGINT) is mine

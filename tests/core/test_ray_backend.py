@@ -505,8 +505,10 @@ def test_exit_actor_in_a_worker_that_never_used_raylite(ray_cluster, tmp_path):
     wait_until(marker.exists, timeout=30, what="the actor's atexit handler")
 
 
-def test_node_removed_mid_run_fails_its_task_typed_and_retries_elsewhere(ray_cluster):
+def test_node_removed_mid_run_fails_its_task_typed_and_retries_elsewhere(ray_cluster, tmp_path):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from helpers import wait_until
     doomed = ray_cluster.add_node(num_cpus=2, resources={"doomed": 1})
     ray_cluster.wait_for_nodes()
 
@@ -515,15 +517,18 @@ def test_node_removed_mid_run_fails_its_task_typed_and_retries_elsewhere(ray_clu
         return raylite.get_runtime_context().get_node_id()
 
     @raylite.remote
-    def slow(seconds):
+    def slow(seconds, started):
+        if raylite.get_runtime_context().get_node_id() == doomed_id:
+            open(started, "w").close()
         time.sleep(seconds)
         return raylite.get_runtime_context().get_node_id()
 
     doomed_id = raylite.get(node_id.options(resources={"doomed": 1}).remote())
-    pinned = slow.options(resources={"doomed": 1}, max_retries=0).remote(60)
+    pinned = slow.options(resources={"doomed": 1}, max_retries=0).remote(60, str(tmp_path / "pinned"))
     soft = NodeAffinitySchedulingStrategy(doomed_id, soft=True)
-    retried = slow.options(scheduling_strategy=soft, max_retries=1).remote(3)
-    time.sleep(2.0)   # both running on the doomed node
+    retried = slow.options(scheduling_strategy=soft, max_retries=1).remote(3, str(tmp_path / "retried"))
+    wait_until(lambda: (tmp_path / "pinned").exists() and (tmp_path / "retried").exists(), timeout=60,
+               what="both tasks running on the doomed node")
     ray_cluster.remove_node(doomed)
     with pytest.raises(exceptions.NodeDiedError, match="node"):
         raylite.get(pinned, timeout=120)
