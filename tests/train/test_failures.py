@@ -116,7 +116,6 @@ def test_reporter_killed_mid_run_restarts_with_a_new_one(ray_init, tmp_path, cap
                     json.dump({"step": step}, f)
                 train.report({"step": step, "start": start}, checkpoint=Checkpoint.from_directory(d))
             if step == 2 and not killed.exists():
-                time.sleep(0.5)   # the driver drains steps 0-2 (every 0.2 s)
                 waiting.touch()
                 while not killed.exists():   # steps 3-5 go to the dead reporter
                     time.sleep(0.01)
@@ -125,9 +124,13 @@ def test_reporter_killed_mid_run_restarts_with_a_new_one(ray_init, tmp_path, cap
     with Trainer(num_workers=1, logdir=tmp_path / "logs", max_failures=-1) as trainer:
         reporter = trainer._reporter
 
+        def drained_to_step_2():   # the worker waits, and the driver has recorded step 2 (result.json)
+            lines = [line for f in (tmp_path / "logs").glob("*/result.json") for line in f.read_text().splitlines()]
+            return waiting.exists() and any('"step": 2' in line for line in lines)
+
         def kill_reporter():
             deadline = time.monotonic() + 60
-            while not waiting.exists() and time.monotonic() < deadline:
+            while not drained_to_step_2() and time.monotonic() < deadline:
                 time.sleep(0.01)
             ray.kill(reporter)
             killed.touch()
@@ -217,7 +220,7 @@ def test_workers_that_cannot_fit_fail_fast(ray_init, tmp_path):
     assert ray.available_resources()["CPU"] == 2
 
 
-def test_workers_are_reserved_as_a_gang(ray_init, tmp_path):
+def test_workers_are_reserved_as_a_gang(ray_init, tmp_path, wait_until):
     """A Trainer's workers get their resources all together or not at all (one placement group):
     with one of two CPUs taken, a 2-worker Trainer holds nothing while it waits (placed one by one,
     its first worker would sit on the free CPU), and starts once the CPU frees."""
@@ -240,13 +243,11 @@ def test_workers_are_reserved_as_a_gang(ray_init, tmp_path):
             t.shutdown()
 
     held = blocker.remote()
-    deadline = time.monotonic() + 10
-    while ray.available_resources().get("CPU") != 1.0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: ray.available_resources().get("CPU") == 1.0, timeout=10, what="the blocker holding a CPU")
     out = train_in_a_task.remote()
-    time.sleep(1.5)
+    wait_until(lambda: [g["state"] for g in raylite.util.placement_group_table().values()] == ["PENDING"],
+               timeout=30, what="the trainer's group waiting")
     assert ray.available_resources().get("CPU") == 1.0   # no worker took the free CPU alone
-    assert [g["state"] for g in raylite.util.placement_group_table().values()] == ["PENDING"]
     flag.touch()
     ray.get(held)
     assert ray.get(out, timeout=100) == [0, 1]

@@ -88,9 +88,12 @@ def _dies_before_reporting(config):
     rank = train.get_context().get_world_rank()
     start = _resume_step()
     for step in range(start, 4):
+        if rank == 0 and step == 2:
+            open(config["marker"] + "-rank-0", "w").close()   # it goes into report's wait next
         if rank == 1 and step == 2 and not os.path.exists(config["marker"]):
             open(config["marker"], "w").close()
-            time.sleep(0.5)   # rank 0 is waiting in report by now
+            while not os.path.exists(config["marker"] + "-rank-0"):
+                time.sleep(0.01)
             os._exit(1)
         with tempfile.TemporaryDirectory() as d:
             train.report({"step": step, "start": start},

@@ -67,22 +67,30 @@ def test_tasks_actors_and_the_driver_add_up(ray_start):
 
 
 @pytest.mark.local_only(RAYS_OWN)
-def test_points_recorded_after_the_last_call_arrive_when_the_actor_exits(ray_start, wait_until):
+def test_points_recorded_after_the_last_call_arrive_when_the_actor_exits(ray_start, wait_until, tmp_path):
     name = _name("late")
+    go, done = tmp_path / "go", tmp_path / "set"
 
     @ray.remote
     class Background:
-        def start(self, name):
+        def start(self, name, go, done):
+            import os
             import threading
             import time
             gauge = Gauge(name)
-            threading.Thread(target=lambda: (time.sleep(0.3), gauge.set(42))).start()
+
+            def later():
+                while not os.path.exists(go):
+                    time.sleep(0.01)
+                gauge.set(42)
+                open(done, "w").close()
+            threading.Thread(target=later).start()
 
     actor = Background.remote()
-    ray.get(actor.start.remote(name))
+    ray.get(actor.start.remote(name, str(go), str(done)))
     assert _series(name) == []
-    import time
-    time.sleep(0.6)   # the thread has set it; no call has finished since
+    go.touch()        # the thread sets it now, after the last call finished
+    wait_until(done.exists, timeout=10, what="the actor's thread setting the gauge")
     del actor         # the last handle: the actor exits, reporting first
     assert wait_until(lambda: [r["value"] for r in _series(name)] == [42.0], timeout=10)
 
