@@ -46,12 +46,13 @@ def test_actor_keeps_state_and_runs_methods_in_submission_order(ray_start):
 
 
 @pytest.mark.local_only("Ray's own error text")
-def test_a_call_waiting_for_its_argument_holds_later_ones_unless_out_of_order_is_allowed(ray_start):
+def test_a_call_waiting_for_its_argument_holds_later_ones_unless_out_of_order_is_allowed(ray_start, tmp_path):
     """Ray's "Actor Task Execution Order" page: submission order on a one-at-a-time actor, and
     `allow_out_of_order_execution=True` lets a call whose arguments are ready go first."""
     @ray.remote
-    def late(value):
-        time.sleep(0.5)
+    def late(value, gate):
+        while not os.path.exists(gate):   # the argument is not ready until the test opens the gate
+            time.sleep(0.01)
         return value
 
     @ray.remote
@@ -63,12 +64,16 @@ def test_a_call_waiting_for_its_argument_holds_later_ones_unless_out_of_order_is
             self.value += addition
             return self.value
 
-    ordered = Adder.remote()
-    first, second = ordered.add.remote(late.remote(1)), ordered.add.remote(2)
+    ordered, gate = Adder.remote(), tmp_path / "ordered"
+    first, second = ordered.add.remote(late.remote(1, str(gate))), ordered.add.remote(2)
+    assert ray.wait([second], timeout=0.5)[0] == []   # held behind the call still waiting
+    gate.touch()
     assert ray.get([first, second]) == [1, 3]
-    loose = Adder.options(allow_out_of_order_execution=True).remote()
-    first, second = loose.add.remote(late.remote(1)), loose.add.remote(2)
-    assert ray.get([first, second]) == [3, 2]
+    loose, gate = Adder.options(allow_out_of_order_execution=True).remote(), tmp_path / "loose"
+    first, second = loose.add.remote(late.remote(1, str(gate))), loose.add.remote(2)
+    assert ray.get(second, timeout=20) == 2   # it went first: the other call's argument is not ready
+    gate.touch()
+    assert ray.get(first, timeout=20) == 3
     with pytest.raises(ValueError, match="cannot run its calls in submission order"):
         Adder.options(max_concurrency=2, allow_out_of_order_execution=False).remote()
 

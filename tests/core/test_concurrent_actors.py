@@ -429,11 +429,15 @@ def test_async_constructor_is_awaited_on_the_actors_loop(ray_start):
 
 
 @pytest.mark.parametrize("kind", ["async", "threaded", "plain"])
-def test_calls_waiting_for_arguments_let_later_calls_overtake_on_concurrent_actors(ray_start, kind):
+def test_calls_waiting_for_arguments_let_later_calls_overtake_on_concurrent_actors(ray_start, kind, tmp_path):
     """Ray promises submission order only for one-at-a-time actors (task-orders.rst)."""
+    gate = str(tmp_path / "gate")
+
     @ray.remote
     def later(value):
-        time.sleep(0.5)
+        import os
+        while not os.path.exists(gate):   # the argument is not ready until the test opens the gate
+            time.sleep(0.01)
         return value
 
     class Log:
@@ -453,5 +457,10 @@ def test_calls_waiting_for_arguments_let_later_calls_overtake_on_concurrent_acto
            "plain": ray.remote(Log)}[kind]
     log = cls.remote()
     first, second = log.add.remote(later.remote("slow")), log.add.remote("ready")
-    assert ray.get(first, timeout=10) == (["ready", "slow"] if kind != "plain" else ["slow"])
-    assert ray.get(second, timeout=10) == (["ready"] if kind != "plain" else ["slow", "ready"])
+    if kind != "plain":   # it overtakes the call whose argument is not ready
+        assert ray.get(second, timeout=20) == ["ready"]
+    else:                 # it waits behind that call
+        assert ray.wait([second], timeout=0.5)[0] == []
+    open(gate, "w").close()
+    assert ray.get(first, timeout=20) == (["ready", "slow"] if kind != "plain" else ["slow"])
+    assert ray.get(second, timeout=20) == (["ready"] if kind != "plain" else ["slow", "ready"])
