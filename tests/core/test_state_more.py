@@ -103,7 +103,7 @@ def test_parent_is_the_call_that_submits_when_an_actor_runs_several(ray_start, t
 
 
 @pytest.mark.local_only(STATE_API)
-def test_summarize_objects_counts_sizes_and_states(ray_start, tmp_path):
+def test_summarize_objects_counts_sizes_and_states(ray_start, tmp_path, wait_until):
     @ray.remote
     def value():
         return b"v" * 1000
@@ -118,8 +118,7 @@ def test_summarize_objects_counts_sizes_and_states(ray_start, tmp_path):
     ray.get(done, timeout=30)
     go = str(tmp_path / "go")
     pending = blocked.remote(go)
-    while _one("blocked").state != "RUNNING":
-        time.sleep(0.02)
+    wait_until(lambda: _one("blocked").state == "RUNNING", timeout=20, what="the blocked task running")
 
     cluster = summarize_objects()["cluster"]
     assert set(cluster) == {"summary", "total_objects", "total_size_mb", "callsite_enabled", "summary_by"}
