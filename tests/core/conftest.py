@@ -120,6 +120,7 @@ def shm_segments():
 
 @pytest.fixture
 def shm_allocated_bytes():
+    """Callable: ``shm_allocated_bytes(paths)`` -> the pages those files hold, in bytes."""
     return _shm_allocated_bytes
 
 
