@@ -30,7 +30,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import raylite as ray  # noqa: E402
-from raylite.core import accelerators  # noqa: E402
+from raylite.core.hardware import accelerators  # noqa: E402
 
 MiB = 1 << 20
 GET_TIMEOUT_S = 90

@@ -14,17 +14,17 @@ __version__ = "0.1.0"
 # where each public name lives
 _HOMES = {
     **dict.fromkeys(("available_resources", "cancel", "cluster_resources", "get", "get_actor", "get_gpu_ids",
-                     "is_initialized", "kill", "nodes", "put", "remote", "shutdown", "wait"), "raylite.core.api"),
-    "get_runtime_context": "raylite.core.context",
-    "ObjectRef": "raylite.core.objects",
-    "ActorClass": "raylite.core.remote", "ActorHandle": "raylite.core.remote", "method": "raylite.core.remote",
-    "DynamicObjectRefGenerator": "raylite.core.streams", "ObjectRefGenerator": "raylite.core.streams",
-    "timeline": "raylite.core.state_api",
-    "LoggingConfig": "raylite.core.logging_config",
+                     "is_initialized", "kill", "nodes", "put", "remote", "shutdown", "wait"), "raylite.core.api.runtime"),
+    "get_runtime_context": "raylite.core.client.context",
+    "ObjectRef": "raylite.core.client.objects",
+    "ActorClass": "raylite.core.api.remote", "ActorHandle": "raylite.core.api.remote", "method": "raylite.core.api.remote",
+    "DynamicObjectRefGenerator": "raylite.core.client.streams", "ObjectRefGenerator": "raylite.core.client.streams",
+    "timeline": "raylite.core.api.state",
+    "LoggingConfig": "raylite.core.client.logging_config",
     # Ray's ID types (ObjectID is ObjectRef's other name, as in Ray)
     **dict.fromkeys(("ActorClassID", "ActorID", "FunctionID", "JobID", "NodeID", "PlacementGroupID", "TaskID",
-                     "UniqueID", "WorkerID"), "raylite.core.ids"),
-    "ObjectID": "raylite.core.objects:ObjectRef",
+                     "UniqueID", "WorkerID"), "raylite.core.wire.ids"),
+    "ObjectID": "raylite.core.client.objects:ObjectRef",
     **dict.fromkeys(("Language", "cpp_function", "java_actor_class", "java_function"), "raylite.cross_language"),
     "client": "raylite.client_builder", "ClientBuilder": "raylite.client_builder",
 }
@@ -37,30 +37,30 @@ __all__ = ["exceptions", "init", "SCRIPT_MODE", "WORKER_MODE", *_HOMES]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:   # what static analysers see (init with its full signature)
-    from raylite.core.api import (available_resources, cancel, cluster_resources, get, get_actor, get_gpu_ids,
-                                  init, is_initialized, kill, nodes, put, remote, shutdown, wait)
     from raylite.client_builder import ClientBuilder, client
-    from raylite.core.context import get_runtime_context
-    from raylite.core.ids import (ActorClassID, ActorID, FunctionID, JobID, NodeID, PlacementGroupID, TaskID,
-                                  UniqueID, WorkerID)
-    from raylite.core.logging_config import LoggingConfig
-    from raylite.core.objects import ObjectRef
-    from raylite.core.objects import ObjectRef as ObjectID
+    from raylite.core.api.remote import ActorClass, ActorHandle, method
+    from raylite.core.api.runtime import (available_resources, cancel, cluster_resources, get, get_actor, get_gpu_ids,
+                                          init, is_initialized, kill, nodes, put, remote, shutdown, wait)
+    from raylite.core.api.state import timeline
+    from raylite.core.client.context import get_runtime_context
+    from raylite.core.client.logging_config import LoggingConfig
+    from raylite.core.client.objects import ObjectRef
+    from raylite.core.client.objects import ObjectRef as ObjectID
+    from raylite.core.client.streams import DynamicObjectRefGenerator, ObjectRefGenerator
+    from raylite.core.wire.ids import (ActorClassID, ActorID, FunctionID, JobID, NodeID, PlacementGroupID, TaskID,
+                                       UniqueID, WorkerID)
     from raylite.cross_language import Language, cpp_function, java_actor_class, java_function
-    from raylite.core.remote import ActorClass, ActorHandle, method
-    from raylite.core.state_api import timeline
-    from raylite.core.streams import DynamicObjectRefGenerator, ObjectRefGenerator
 else:
     def init(address: str | None = None, **kwargs):
-        """Ray's ``ray.init``; its arguments are those of :func:`raylite.core.api.init`.
+        """Ray's ``ray.init``; its arguments are those of :func:`raylite.core.api.runtime.init`.
 
         The first call in a process starts the worker zygote before importing the runtime, so the
         zygote's start overlaps the driver's imports instead of following them."""
         zygote = None
-        if "raylite.core.api" not in sys.modules and _local(address, kwargs.get("backend")):
-            from raylite.core.zygote import Zygote
+        if "raylite.core.api.runtime" not in sys.modules and _local(address, kwargs.get("backend")):
+            from raylite.core.worker.zygote import Zygote
             zygote = Zygote()
-        from raylite.core.api import init as start   # closes the zygote if it goes unused
+        from raylite.core.api.runtime import init as start   # closes the zygote if it goes unused
         try:
             return start(address, _zygote=zygote, **kwargs)
         except BaseException:   # also a TypeError before start() ran (an unknown keyword)

@@ -3,9 +3,9 @@
 that Ray code names in annotations."""
 from __future__ import annotations
 
-from raylite.core import context, ray_backend
-from raylite.core.objects import process
-from raylite.core.remote import ActorClass, ActorClassInheritanceException, ActorHandle, ActorMethod, method
+from raylite.core.api.remote import ActorClass, ActorClassInheritanceException, ActorHandle, ActorMethod, method
+from raylite.core.client import context, ray_backend
+from raylite.core.client.objects import process
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod", "exit_actor", "method"]
 
@@ -18,5 +18,5 @@ def exit_actor() -> None:
         return ray.actor.exit_actor()
     if process.index == 0 or context.get_runtime_context().get_actor_id() is None:
         raise TypeError("exit_actor() can only be called inside an actor's method")
-    from raylite.core.worker_executor import ActorExit
+    from raylite.core.worker.executor import ActorExit
     raise ActorExit("it called ray.actor.exit_actor()")

@@ -1,4 +1,4 @@
-"""The control endpoint's public side (raylite.core.control has the server).
+"""The control endpoint's public side (raylite.core.api.control has the server).
 
 For other processes: ``list_sessions()`` and ``find_session(id_or_pid=None)`` find the running
 drivers on this machine (this user's), and ``Session.request(op, **args)`` asks one; the
@@ -11,9 +11,9 @@ runtime rather than connect to Ray (to size what it starts: a cluster's CPUs are
 """
 from __future__ import annotations
 
-from raylite.core.control import register_panel, unregister_panel
-from raylite.core.sessions import Session, SessionError, find_session, list_sessions, session_private_dir
-from raylite.core.startup import use_ray
+from raylite.core.api.control import register_panel, unregister_panel
+from raylite.core.api.startup import use_ray
+from raylite.core.client.sessions import Session, SessionError, find_session, list_sessions, session_private_dir
 
 __all__ = ["Session", "SessionError", "find_session", "list_sessions", "register_panel", "session_private_dir",
            "unregister_panel", "uses_local_runtime"]

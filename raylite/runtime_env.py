@@ -3,7 +3,7 @@ runtime environment for ``init``, ``@remote`` or ``.options`` ports unchanged.
 
 Both are dicts, as in Ray, so everything that takes ``runtime_env=`` accepts them as it accepts a
 plain dict; what raylite's local runtime applies of each field is described in
-``raylite.core.runtime_env``.
+``raylite.core.envs.runtime_env``.
 """
 from __future__ import annotations
 

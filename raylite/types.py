@@ -1,4 +1,4 @@
 """``ray.types``: ``ObjectRef`` for type annotations (``ObjectRef[int]``)."""
-from raylite.core.objects import ObjectRef
+from raylite.core.client.objects import ObjectRef
 
 __all__ = ["ObjectRef"]

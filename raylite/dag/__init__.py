@@ -26,9 +26,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from raylite.core.options import METHOD_OPTIONS, check
-from raylite.core.remote import ActorClass, ActorMethod, RemoteFunction
-from raylite.core.submission import Options
+from raylite.core.api.options import METHOD_OPTIONS, check
+from raylite.core.api.remote import ActorClass, ActorMethod, RemoteFunction
+from raylite.core.api.submission import Options
 
 __all__ = ["ClassMethodNode", "ClassNode", "DAGInputData", "DAGNode", "FunctionNode", "InputAttributeNode",
            "InputNode", "MultiOutputNode"]

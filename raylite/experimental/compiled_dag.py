@@ -66,7 +66,7 @@ class CompiledDAG:
     def _wait_for_actors(self) -> None:
         """As Ray's compile (which sets up its channels on every actor), return once each actor's
         constructor has run, so executions are not timed by a slow one; a failed one raises here."""
-        from raylite.core import api
+        from raylite.core.api import runtime as api
         api.get([handle.__ray_ready__.remote() for handle in self._actors()])
 
     def _actors(self) -> list:

@@ -2,7 +2,7 @@
 
 As in Ray, the bars are drawn in the driver: a bar in a worker sends its state (count, total,
 description) at most every `flush_interval_s` seconds (default 1) and when it closes, and the
-driver (raylite.core.bars) keeps one live line per bar at the bottom of its terminal, worker
+driver (raylite.core.node.bars) keeps one live line per bar at the bottom of its terminal, worker
 output scrolling above them. Without a terminal (a log, a pipe) each state is a status line with
 the worker's prefix, `(name pid=N) desc:  40% 4/10 it [2.1 it/s]`. A bar in the driver itself
 draws on the same board. The constructor takes the subset of tqdm's arguments that Ray's takes.
@@ -15,8 +15,8 @@ import time
 import uuid
 from typing import Iterable, Iterator
 
-from raylite.core import bars
-from raylite.core.objects import process
+from raylite.core.client.objects import process
+from raylite.core.node import bars
 
 DEFAULT_FLUSH_INTERVAL_SECONDS = 1.0
 

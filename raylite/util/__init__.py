@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-from raylite.core.api import get_node_ip_address, list_named_actors
+from raylite.core.api.runtime import get_node_ip_address, list_named_actors
 from raylite.util import accelerators, scheduling_strategies
 from raylite.util.actor_pool import ActorPool
 from raylite.util.check_serialize import inspect_serializability

@@ -43,7 +43,7 @@ def inspect_serializability(base_obj: Any, name: str | None = None, depth: int =
 
 
 def _serializable(obj: Any) -> bool:
-    from raylite.core import serialization
+    from raylite.core.wire import serialization
     try:
         serialization.dumps_function(obj)
         return True

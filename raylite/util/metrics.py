@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 import warnings
 
-from raylite.core import ray_backend
-from raylite.core.metrics import COUNTER, GAUGE, HISTOGRAM, prometheus_text as _prometheus_text, store
-from raylite.core.objects import process
+from raylite.core.client import ray_backend
+from raylite.core.client.metrics import COUNTER, GAUGE, HISTOGRAM, store
+from raylite.core.client.metrics import prometheus_text as _prometheus_text
+from raylite.core.client.objects import process
 
 __all__ = ["Counter", "Gauge", "Histogram", "collect", "prometheus_text"]
 

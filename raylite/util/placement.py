@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass
 
 import raylite as ray
-from raylite.core.api import get_node_ip_address
+from raylite.core.api.runtime import get_node_ip_address
 
 
 @dataclass(frozen=True)

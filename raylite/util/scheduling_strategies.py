@@ -1,7 +1,7 @@
-"""``ray.util.scheduling_strategies``'s names (the implementation is raylite.core.placement_groups
-and raylite.core.labels)."""
-from raylite.core.labels import DoesNotExist, Exists, In, NodeLabelSchedulingStrategy, NotIn
-from raylite.core.placement_groups import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+"""``ray.util.scheduling_strategies``'s names (the implementation is raylite.core.api.placement_groups
+and raylite.core.wire.labels)."""
+from raylite.core.api.placement_groups import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+from raylite.core.wire.labels import DoesNotExist, Exists, In, NodeLabelSchedulingStrategy, NotIn
 
 __all__ = ["NodeAffinitySchedulingStrategy", "PlacementGroupSchedulingStrategy", "NodeLabelSchedulingStrategy",
            "In", "NotIn", "Exists", "DoesNotExist"]

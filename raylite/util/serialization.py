@@ -1,7 +1,8 @@
 """`ray.util.register_serializer` / `deregister_serializer`: custom pickling for one class."""
 from __future__ import annotations
 
-from raylite.core import ray_backend, serialization
+from raylite.core.client import ray_backend
+from raylite.core.wire import serialization
 
 
 def register_serializer(cls: type, *, serializer, deserializer) -> None:

@@ -11,8 +11,8 @@ import types
 import pytest
 
 from helpers import make_tree
-from raylite.core import accelerators as acc
-from raylite.core.resources import SCALE
+from raylite.core.hardware import accelerators as acc
+from raylite.core.wire.resources import SCALE
 
 NVIDIA = {"RAYLITE_GPU_VENDOR": "nvidia"}
 GPU_VENDORS = ("nvidia", "amd", "intel", "metax")

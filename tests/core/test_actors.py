@@ -490,7 +490,7 @@ def test_dead_actors_are_forgotten_once_no_handle_remains(ray_start, wait_until)
     (constructor arguments included) only while a handle could still call it (white-box)."""
     import gc
 
-    from raylite.core import api
+    from raylite.core.api import runtime as api
     node = api._node
 
     @ray.remote

@@ -1,4 +1,4 @@
-"""A driver thread blocked in get() serves the worker it waits on itself (raylite.core.reader):
+"""A driver thread blocked in get() serves the worker it waits on itself (raylite.core.node.reader):
 whatever that worker needs meanwhile (large replies, calls from other threads, a crash, a
 timeout, Ctrl-C) must still work while its socket is on loan."""
 from __future__ import annotations

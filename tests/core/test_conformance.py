@@ -392,7 +392,7 @@ def test_a_killed_named_actors_name_is_free_at_once(ray_start):
 def test_a_task_starved_by_an_actor_blocked_on_it_is_explained(ray_start, monkeypatch, read_output):
     """The other side of an actor keeping its CPU: a task it waits for cannot start on a 1-CPU node.
     Ray warns that the resources are claimed by actors; so does raylite, once, naming the task."""
-    from raylite.core import actors
+    from raylite.core.node import actors
     monkeypatch.setattr(actors, "STARVED_WARN_S", 0.1)
 
     @ray.remote

@@ -1,4 +1,4 @@
-"""The control endpoint (raylite.core.control) and the `raylite` CLI against live drivers:
+"""The control endpoint (raylite.core.api.control) and the `raylite` CLI against live drivers:
 a driver in a subprocess running tasks and an actor, and drivers in this process."""
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ def test_init_imports_no_file_or_http_modules_for_the_endpoint():
     first visit: init's own thread imports none of them (RAYLITE_CONTROL=0: no thread at all)."""
     script = ("import sys, raylite\n"
               "raylite.init(num_cpus=1)\n"
-              "late = {'json', 'shutil', 'tempfile', 'http.server', 'raylite.core.dashboard'}\n"
+              "late = {'json', 'shutil', 'tempfile', 'http.server', 'raylite.core.api.dashboard'}\n"
               "print(sorted(late & set(sys.modules)))\n"
               "raylite.shutdown()\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO,

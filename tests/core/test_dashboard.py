@@ -1,4 +1,4 @@
-"""The dashboard (raylite.core.dashboard): its HTTP API (token required, JSON shape), and the page
+"""The dashboard (raylite.core.api.dashboard): its HTTP API (token required, JSON shape), and the page
 in a real headless Chromium against a driver running a task, an actor and a Tune sweep; the
 sweep's panel through the `raylite` CLI too."""
 from __future__ import annotations

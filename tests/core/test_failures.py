@@ -60,7 +60,7 @@ def test_task_exception_reraises_as_original_type_with_remote_traceback(ray_star
     assert "my_failing_task" in text
     assert "Traceback" in text
     assert os.path.basename(__file__) in text  # the remote frame, not only the driver's
-    assert "worker.py" not in text             # the runtime's frames that called it say nothing
+    assert "raylite/core/" not in text         # the runtime's frames that called it say nothing
 
     # A plain `except ValueError` catches it too, and getting again re-raises.
     try:
@@ -340,7 +340,7 @@ def test_a_worker_the_kernel_killed_for_memory_raises_out_of_memory_error(ray_st
     the task raises OutOfMemoryError (after its retries) and an actor's calls say why it died."""
     import itertools
 
-    from raylite.core import worker_lifecycle
+    from raylite.core.node import worker_lifecycle
     kills = itertools.count(1000)
     monkeypatch.setattr(worker_lifecycle, "oom_kills", lambda: next(kills))   # it rises at every death
 

@@ -13,8 +13,8 @@ import pytest
 
 import raylite as ray
 from raylite import exceptions
-from raylite.core import segments
-from raylite.core.objects import process
+from raylite.core.wire import segments
+from raylite.core.client.objects import process
 
 from backend import ON_RAY
 from helpers import REPO_ROOT, pid_alive, wait_until

@@ -163,7 +163,7 @@ def test_retried_generator_repeats_no_value(ray_start, tmp_path):
 
 @pytest.mark.local_only("white-box: reads the local node's streams")
 def test_dropped_generator_frees_the_values_nobody_took(ray_start, tmp_path, wait_until):
-    from raylite.core import api
+    from raylite.core.api import runtime as api
     node = api._node
 
     def stored():

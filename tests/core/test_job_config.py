@@ -42,9 +42,9 @@ def test_a_logging_config_set_on_the_job_applies(ray_init):
     root = logging.getLogger()
     try:
         ray_init(job_config=config)
-        assert any(type(h.formatter).__module__ == "raylite.core.logging_config" for h in root.handlers)
+        assert any(type(h.formatter).__module__ == "raylite.core.client.logging_config" for h in root.handlers)
     finally:   # leave other tests the root logger they had
-        root.handlers = [h for h in root.handlers if type(h.formatter).__module__ != "raylite.core.logging_config"]
+        root.handlers = [h for h in root.handlers if type(h.formatter).__module__ != "raylite.core.client.logging_config"]
 
 
 @pytest.mark.parametrize("config, field", [
@@ -77,7 +77,7 @@ def test_from_json_and_the_module_path():
 
 def test_on_the_ray_backend_it_becomes_rays_job_config():
     real_ray = pytest.importorskip("ray")
-    from raylite.core.ray_backend import _ray_job_config   # what connect() hands ray.init
+    from raylite.core.client.ray_backend import _ray_job_config   # what connect() hands ray.init
     ours = JobConfig(runtime_env={"env_vars": {"A": "1"}}, ray_namespace="ns", metadata={"k": "v"},
                      default_actor_lifetime="detached")
     ours.set_py_logging_config(ray.LoggingConfig(encoding="JSON"))

@@ -95,7 +95,7 @@ def test_init_unknown_kwarg_is_type_error():
 _FRESH_DRIVER = r"""
 import json, os, sys
 import raylite as ray
-out = {"lazy": sorted(m for m in ("raylite.core.api", "cloudpickle", "socket") if m in sys.modules)}
+out = {"lazy": sorted(m for m in ("raylite.core.api.runtime", "cloudpickle", "socket") if m in sys.modules)}
 
 def children():
     found = []
@@ -597,7 +597,7 @@ def test_preloaded_random_generators_differ_between_workers(monkeypatch):
 def test_ctrl_c_during_node_work_is_held_until_that_work_is_done(ray_init):
     import threading
 
-    from raylite.core import api
+    from raylite.core.api import runtime as api
     ray_init(num_cpus=1)
     node = api._node
     finished = []

@@ -4,7 +4,7 @@ import os
 import time
 
 import raylite as ray
-from raylite.core.log_dedup import Deduplicator
+from raylite.core.node.log_dedup import Deduplicator
 
 
 def test_repeats_from_other_workers_are_counted_then_summarised():

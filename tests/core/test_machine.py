@@ -5,7 +5,7 @@ import os
 import pytest
 
 from helpers import make_tree
-from raylite.core import machine
+from raylite.core.hardware import machine
 
 
 @pytest.fixture

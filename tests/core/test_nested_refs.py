@@ -17,7 +17,7 @@ MB = 1 << 20
 
 def _in_table(object_id: int) -> bool:
     """Whether the driver still stores the object (white-box: the only way to see a free)."""
-    from raylite.core import api
+    from raylite.core.api import runtime as api
     node = api._node
     return node.call_sync(lambda: object_id in node.table.objects)
 
@@ -164,7 +164,7 @@ def test_actor_constructor_arguments_are_held_for_restarts(ray_start, wait_until
 def test_nested_refs_through_a_pipeline_keep_every_value_and_free_all(ray_start, wait_until):
     """Refs made in workers, nested in results, passed on to other tasks and dropped along the
     way: every value stays readable while referenced, and the table is back to empty at the end."""
-    from raylite.core import api
+    from raylite.core.api import runtime as api
     node = api._node
     baseline = node.call_sync(lambda: len(node.table.objects))
 

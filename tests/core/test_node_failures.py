@@ -33,7 +33,7 @@ def _in_thread(fn):
 
 
 def test_a_command_that_raises_goes_back_to_its_caller_and_the_next_still_runs(ray_start, capfd):
-    from raylite.core import api
+    from raylite.core.api import runtime as api
     node = api._node
 
     with pytest.raises(ValueError, match="the caller's own"):
@@ -60,9 +60,10 @@ def test_a_command_that_raises_goes_back_to_its_caller_and_the_next_still_runs(r
 @pytest.mark.parametrize("tasks", [1, 2], ids=["in-the-getting-thread", "in-the-node-thread"])
 def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_up(ray_start, tmp_path, capfd, tasks,
                                                                                    wait_until, wait_pids_gone):
-    """One task: the blocked get serves its worker's socket itself (raylite.core.reader), so the bug
+    """One task: the blocked get serves its worker's socket itself (raylite.core.node.reader), so the bug
     hits in the getting thread; two tasks on two workers: the node thread serves them."""
-    from raylite.core import api, protocol
+    from raylite.core.api import runtime as api
+    from raylite.core.wire import protocol
     node = api._node
     fifos = [str(tmp_path / f"gate{i}") for i in range(tasks)]
     for fifo in fifos:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from raylite.core.zygote import AUTO_PRELOAD, preload_names
+from raylite.core.worker.zygote import AUTO_PRELOAD, preload_names
 
 ZYGOTE = "the zygote and RAYLITE_AUTO_PRELOAD are the local runtime's: Ray starts its own workers"
 
@@ -64,7 +64,7 @@ def _modules(**extra):
 
 
 def test_the_zygote_is_forked_only_when_the_driver_has_the_preload_and_is_safe_to_fork():
-    from raylite.core.zygote_fork import fork_refusal
+    from raylite.core.worker.zygote_fork import fork_refusal
     assert fork_refusal("torch,numpy", "", _modules()) is None
     assert fork_refusal("torch,numpy", "1", _modules()) is None
     assert fork_refusal("torch,numpy", "0", _modules()) == "RAYLITE_ZYGOTE_FORK=0"   # switched off
@@ -76,7 +76,7 @@ def test_the_zygote_is_forked_only_when_the_driver_has_the_preload_and_is_safe_t
     threads = _Module(active_count=lambda: 2)
     assert fork_refusal("torch", "", _modules(threading=threads)) == "the driver runs other threads"
     up = _Module(_node=object(), process=_Module(client=None))
-    assert fork_refusal("torch", "", _modules(**{"raylite.core.api": up})) == "a raylite runtime is up in this process"
+    assert fork_refusal("torch", "", _modules(**{"raylite.core.api.runtime": up})) == "a raylite runtime is up in this process"
     with pytest.raises(ValueError, match="RAYLITE_ZYGOTE_FORK='maybe': expected 0"):
         fork_refusal("torch", "maybe", _modules())
 

@@ -1,4 +1,4 @@
-"""The wire between the driver and its workers (raylite.core.protocol): task specs survive the
+"""The wire between the driver and its workers (raylite.core.wire.protocol): task specs survive the
 trip field by field, and polling before sleeping (SPIN_S) -- a worker waiting for its next task and
 a driver thread waiting for a result poll their socket briefly, but only while a CPU is free."""
 import collections
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from raylite.core import protocol
-from raylite.core.protocol import Channel, TaskSpec, encode, spec_from_wire, spec_to_wire, spin_on
-from raylite.core.serialization import Serialized
+from raylite.core.wire import protocol
+from raylite.core.wire.protocol import Channel, TaskSpec, encode, spec_from_wire, spec_to_wire, spin_on
+from raylite.core.wire.serialization import Serialized
 
 
 def test_task_spec_round_trips_every_slot():
@@ -89,7 +89,7 @@ def test_spin_window_comes_from_the_environment():
     """RAYLITE_SPIN_US=0 turns polling off (workers inherit the driver's environment)."""
     import subprocess
     import sys
-    code = "from raylite.core import protocol as p; print(p.SPIN_S, p._LOADAVG is None)"
+    code = "from raylite.core.wire import protocol as p; print(p.SPIN_S, p._LOADAVG is None)"
     env = dict(os.environ, RAYLITE_SPIN_US="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0.0", "True"]
@@ -115,7 +115,7 @@ def test_spin_for_polls_through_a_wait_predicted_short(monkeypatch):
 def test_adaptive_window_comes_from_the_environment():
     import subprocess
     import sys
-    code = "from raylite.core import protocol as p; print(p.SPIN_MAX_S, p.spin_for(1e-3))"
+    code = "from raylite.core.wire import protocol as p; print(p.SPIN_MAX_S, p.spin_for(1e-3))"
     env = dict(os.environ, RAYLITE_SPIN_US="400", RAYLITE_SPIN_MAX_US="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert [float(x) for x in out.stdout.split()] == [0.0, pytest.approx(400e-6)]
@@ -127,7 +127,7 @@ def test_adaptive_window_comes_from_the_environment():
 
 def test_a_worker_polls_as_long_as_its_last_wait(monkeypatch):
     """A worker whose messages came after 5 ms polls past 5 ms for the next one."""
-    from raylite.core import worker_client
+    from raylite.core.worker import client as worker_client
     client = worker_client.WorkerClient.__new__(worker_client.WorkerClient)
     client.inbox, client.refops, client.lock, client.last_wait = collections.deque(), [], threading.RLock(), None
     spins = []
@@ -149,7 +149,7 @@ def test_a_worker_polls_as_long_as_its_last_wait(monkeypatch):
 def test_a_driver_waiting_on_a_task_polls_for_what_its_function_usually_takes():
     from types import SimpleNamespace
 
-    from raylite.core.reader import ProducerReading
+    from raylite.core.node.reader import ProducerReading
     spec = TaskSpec("task", 1, "f", None, fn_id="fid")
     w = SimpleNamespace(task=spec, started=time.monotonic() - 0.002)
     node = SimpleNamespace(fn_time={"fid": 0.006})
@@ -184,7 +184,7 @@ def test_a_bad_polling_window_names_its_variable(variable, value):
     import subprocess
     import sys
     env = dict(os.environ, **{variable: value})
-    out = subprocess.run([sys.executable, "-c", "import raylite.core.protocol"], env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", "import raylite.core.wire.protocol"], env=env, capture_output=True, text=True)
     assert out.returncode != 0
     assert f"{variable}={value!r}: expected a number of microseconds >= 0" in out.stderr
 

@@ -71,7 +71,7 @@ def test_missing_ray_is_a_clear_error(monkeypatch):
 
 def test_a_translated_actor_error_keeps_the_actors_id():
     import ray
-    from raylite.core.ray_backend import translate
+    from raylite.core.client.ray_backend import translate
     actor_id = "5e9f813a6310f55a9965528706000000"
     for theirs in (ray.exceptions.RayActorError(actor_id=actor_id),
                    ray.exceptions.ActorUnavailableError("restarting", bytes.fromhex(actor_id))):
@@ -80,7 +80,7 @@ def test_a_translated_actor_error_keeps_the_actors_id():
 
 
 def test_local_mode_warns_on_the_ray_backend_too(monkeypatch):
-    from raylite.core import ray_backend
+    from raylite.core.client import ray_backend
     monkeypatch.setattr(ray_backend, "connect", lambda *args, **kwargs: "connected")   # (no cluster needed)
     with pytest.warns(UserWarning, match=r"local_mode=True\) is not supported"):
         assert raylite.init(backend="ray", local_mode=True) == "connected"
@@ -90,8 +90,8 @@ def test_init_after_ray_closed_the_connection_itself_starts_afresh(monkeypatch):
     """init's context on Ray is Ray's: its disconnect() (or a bare ray.shutdown()) ends Ray's
     connection without raylite, and the next init is a new one, not a second init."""
     import ray
-    from raylite.core import ray_backend
-    from raylite.core.objects import process
+    from raylite.core.client import ray_backend
+    from raylite.core.client.objects import process
     assert not ray.is_initialized()
     monkeypatch.setattr(process, "ray", ray_backend)   # as connect() leaves it
     monkeypatch.setattr(ray_backend, "connect", lambda *args, **kwargs: "connected")   # (no cluster needed)
@@ -99,7 +99,7 @@ def test_init_after_ray_closed_the_connection_itself_starts_afresh(monkeypatch):
 
 
 def test_register_serializer_refuses_bad_arguments_on_the_ray_backend_too(monkeypatch):
-    from raylite.core import ray_backend
+    from raylite.core.client import ray_backend
     from raylite.util import register_serializer
 
     class Unsent:
@@ -114,7 +114,7 @@ def test_a_bad_placement_group_is_refused_before_ray_sees_it(monkeypatch):
     """Ray's placement_group takes a bundle {'CPU': '1'}, and its raylet then crashed (a failed
     resource check); raylite refuses it by name on either backend."""
     import types
-    from raylite.core import placement_groups
+    from raylite.core.api import placement_groups
     handed = []
     rays_util = types.SimpleNamespace(placement_group=lambda *args, **kwargs: handed.append(args))
     monkeypatch.setattr(placement_groups, "_ray_util", lambda: rays_util)

@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from raylite.core.resources import (
+from raylite.core.wire.resources import (
     ACCELERATOR_RESOURCES,
     SCALE,
     Allocation,

@@ -76,7 +76,7 @@ def test_a_log_record_after_shutdown_neither_restarts_nor_makes_up_ids(ray_init,
         ray.shutdown()
         logging.getLogger("after").warning("after shutdown")
     finally:   # init() gave this process's root logger a handler: leave other tests theirs
-        root.handlers = [h for h in root.handlers if type(h.formatter).__module__ != "raylite.core.logging_config"]
+        root.handlers = [h for h in root.handlers if type(h.formatter).__module__ != "raylite.core.client.logging_config"]
     line = next(line for line in capsys.readouterr().err.splitlines() if "after shutdown" in line)
     assert "job_id" not in json.loads(line) and not ray.is_initialized()
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import raylite as ray
-from raylite.core.segment_pool import SegmentPool
+from raylite.core.node.segment_pool import SegmentPool
 
 pytestmark = pytest.mark.local_only("the local runtime's shared-memory segments (Ray has its own object store)")
 
@@ -29,7 +29,7 @@ def _settle(predicate, timeout=5.0):
 
 def _pooled():
     """Wait until a freed segment is in the driver's pool: what the next put of its size reuses."""
-    from raylite.core import segments
+    from raylite.core.wire import segments
     assert _settle(lambda: segments.pool.bytes > 0), "a freed segment never reached the driver's pool"
 
 
@@ -125,7 +125,7 @@ def test_tensor_writes_stay_private(ray_start):
 
 def _huge_pages_available() -> bool:
     """Whether this kernel gives a tmpfs file 2 MiB pages on request (MADV_COLLAPSE)."""
-    from raylite.core import segments
+    from raylite.core.wire import segments
     path = f"/dev/shm/raylite-probe-{os.getpid()}"
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
@@ -147,7 +147,7 @@ def _pmd_mapped_kb() -> int:
 
 @pytest.mark.timeout(60)
 def test_large_values_are_read_through_huge_pages(ray_start, monkeypatch):
-    from raylite.core import segments
+    from raylite.core.wire import segments
     if not _huge_pages_available():
         pytest.skip("this kernel gives tmpfs no huge pages on request (MADV_COLLAPSE)")
     monkeypatch.setattr(segments, "_huge_paused_until", 0.0)   # an earlier slow collapse may have paused them
@@ -182,7 +182,7 @@ def test_task_results_use_huge_pages_too(ray_start):
 
 @pytest.mark.timeout(60)
 def test_segments_without_huge_pages_still_work(ray_start, monkeypatch):
-    from raylite.core import segments
+    from raylite.core.wire import segments
     monkeypatch.setattr(segments, "_libc", False)   # as on a kernel without MADV_COLLAPSE
     before = _session_segments()
     ref = ray.put(np.full((3 << 20) // 8, 2.0))
@@ -199,7 +199,7 @@ def test_segments_without_huge_pages_still_work(ray_start, monkeypatch):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("huge", [True, False], ids=["huge-pages", "small-pages"])
 def test_segment_read_by_a_driver_array_is_reused_once_the_array_goes(ray_start, monkeypatch, huge):
-    from raylite.core import segments
+    from raylite.core.wire import segments
     if not huge:
         monkeypatch.setattr(segments, "_libc", False)
     out = ray.get(ray.put(np.full(N, 1.0)))   # the ref is gone at once; `out` still reads the segment
@@ -216,7 +216,7 @@ def test_segment_read_by_a_driver_array_is_reused_once_the_array_goes(ray_start,
 def test_pooled_segments_nobody_reuses_are_removed(ray_start, monkeypatch):
     """Each large task result is a new segment; freed, it is pooled for a later put. Results
     that no put reuses must not pile up in /dev/shm until shutdown."""
-    from raylite.core import segments
+    from raylite.core.wire import segments
     # long enough for the 8 tasks below to run within it on a loaded machine (with 0.3 s, the pool
     # sometimes took none of their results: the driver's last put was too long ago)
     monkeypatch.setattr(SegmentPool, "IDLE_S", 1.5)
@@ -268,7 +268,7 @@ def test_results_are_not_pooled_while_the_driver_puts_nothing(ray_start):
 def test_a_small_dev_shm_sends_segments_to_disk_with_a_warning(monkeypatch):
     """As Ray places its object store: /dev/shm unless it has less room than the store (Docker's
     64 MB), then the temporary directory; RAYLITE_SHM_DIR decides."""
-    from raylite.core import segments
+    from raylite.core.wire import segments
     monkeypatch.delenv(segments.SHM_DIR_ENV, raising=False)
     monkeypatch.setattr(segments, "_free_bytes", lambda directory: 64 << 20)
     with pytest.warns(UserWarning, match=r"/dev/shm has only 64 MB free.*--shm-size"):
@@ -279,7 +279,7 @@ def test_a_small_dev_shm_sends_segments_to_disk_with_a_warning(monkeypatch):
 
 
 def test_an_object_that_does_not_fit_is_a_clear_error_not_a_crash(ray_start, monkeypatch):
-    from raylite.core import segments
+    from raylite.core.wire import segments
     monkeypatch.setattr(segments, "_free_bytes", lambda directory: 3 << 20)
     with pytest.raises(ray.exceptions.ObjectStoreFullError, match=r"object of 4\.0 MB does not fit .*3\.0 MB free"):
         ray.put(np.zeros(4 << 17))   # 4 MB
@@ -297,7 +297,7 @@ def test_an_object_that_does_not_fit_is_a_clear_error_not_a_crash(ray_start, mon
 def test_objects_spill_to_disk_when_dev_shm_is_full(ray_init, monkeypatch, tmp_path):
     """As Ray spills its object store: a put, or a task's result, that does not fit goes to the
     spill directory (a warning, once), and reads back as usual."""
-    from raylite.core import segments
+    from raylite.core.wire import segments
     monkeypatch.setattr(segments, "SPILL_DIR", str(tmp_path))
     monkeypatch.setattr(segments, "_spill_warned", False)
     ray_init(num_cpus=1)
@@ -317,7 +317,7 @@ def test_objects_spill_to_disk_when_dev_shm_is_full(ray_init, monkeypatch, tmp_p
 
     @ray.remote(max_calls=1)   # (its worker, made to see /dev/shm full, is not reused)
     def make_while_full():
-        from raylite.core import segments as theirs
+        from raylite.core.wire import segments as theirs
         full = theirs._free_bytes
         theirs._free_bytes = lambda d: (1 << 20) if d == theirs.SHM_DIR else full(d)
         return np.ones(N)

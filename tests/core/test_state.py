@@ -15,7 +15,7 @@ import pytest
 
 import raylite as ray
 from raylite import exceptions
-from raylite.core import events
+from raylite.core.node import events
 from raylite.util.state import (RayStateApiException, get_actor, get_task, list_actors, list_nodes, list_objects,
                                 list_placement_groups, list_tasks, list_workers, summarize_actors, summarize_tasks)
 
@@ -384,7 +384,7 @@ def test_records_drop_oldest_finished_and_keep_unfinished():
 
 
 def test_on_the_ray_backend_the_calls_are_rays(monkeypatch):
-    from raylite.core.objects import process
+    from raylite.core.client.objects import process
     calls = []
     rays_state = types.SimpleNamespace(
         list_tasks=lambda *args: calls.append(("list_tasks", args)) or ["ray's"],

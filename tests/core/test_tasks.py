@@ -324,7 +324,7 @@ def test_wait_timeout_zero_returns_immediately(ray_start, tmp_path):
 def test_polling_a_running_task_leaves_nothing_behind(ray_start, tmp_path):
     """A loop polling with wait(timeout) or get(timeout) (as a trainer does for days) must not
     leave one record per poll on the object, nor a timer per early get (white-box)."""
-    from raylite.core import api
+    from raylite.core.api import runtime as api
     node = api._node
 
     def state():
@@ -705,7 +705,7 @@ def test_logging_config_sets_up_the_workers_root_logger(ray_init, read_output):
         ray.get(logs.remote(tag))
         _, err = read_output(lambda o, e: f"loud {tag}" in e)
     finally:   # init() gave this process's root logger a handler too: leave other tests theirs
-        root.handlers = [h for h in root.handlers if type(h.formatter).__module__ != "raylite.core.logging_config"]
+        root.handlers = [h for h in root.handlers if type(h.formatter).__module__ != "raylite.core.client.logging_config"]
     assert f"quiet {tag}" not in err
     line = next(line for line in err.splitlines() if f"loud {tag}" in line)
     record = json.loads(line.split(") ", 1)[1])
@@ -736,7 +736,7 @@ def test_logging_config_from_rays_environment_variable(tmp_path):
 def test_progress_bar_output_shows_its_last_drawing(ray_start, read_output):
     """tqdm redraws one line with carriage returns, for as long as the job runs: the driver
     prints what a terminal would show once the line ends, and holds only that meanwhile."""
-    from raylite.core import api
+    from raylite.core.api import runtime as api
     tag = uuid.uuid4().hex
 
     @ray.remote

@@ -1,5 +1,5 @@
 """raylite.experimental.tqdm_ray draws real bars in the driver from workers' updates (as Ray's
-does): the board (raylite.core.bars) on a fake terminal, and a driver on a real pseudo-terminal."""
+does): the board (raylite.core.node.bars) on a fake terminal, and a driver on a real pseudo-terminal."""
 from __future__ import annotations
 
 import io
@@ -23,14 +23,14 @@ class _Terminal(io.StringIO):
 
 
 def _state_line(uuid: str, x: int, total: int, closed: bool = False, desc: str = "epoch") -> bytes:
-    from raylite.core.bars import MAGIC
+    from raylite.core.node.bars import MAGIC
     state = {"uuid": uuid, "desc": desc, "x": x, "total": total, "unit": "it", "pos": 0, "elapsed": 2.0,
              "closed": closed}
     return (MAGIC + json.dumps(state)).encode()
 
 
 def test_the_board_keeps_live_bars_below_worker_output():
-    from raylite.core.bars import Board
+    from raylite.core.node.bars import Board
     term = _Terminal()
     board = Board(stream=term)
     rest = board.take("(work pid=7) ", 7, [b"hello", _state_line("a", 2, 10), _state_line("b", 5, 5, desc="load")])
@@ -50,7 +50,7 @@ def test_the_board_keeps_live_bars_below_worker_output():
 
 
 def test_without_a_terminal_states_are_status_lines():
-    from raylite.core.bars import Board
+    from raylite.core.node.bars import Board
     board = Board(stream=io.StringIO())
     rest = board.take("(work pid=7) ", 7, [_state_line("a", 4, 10), _state_line("a", 4, 10, closed=True)])
     assert rest == [b"epoch:  40% 4/10 it [2.0 it/s]"] and board.drawn == 0   # the close said nothing new

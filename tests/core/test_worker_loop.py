@@ -9,12 +9,12 @@ import sys
 import cloudpickle
 import pytest
 
-from raylite.core import protocol, serialization
-from raylite.core.protocol import Channel, TaskSpec, spec_to_wire
+from raylite.core.wire import protocol, serialization
+from raylite.core.wire.protocol import Channel, TaskSpec, spec_to_wire
 
 pytestmark = pytest.mark.local_only
 
-_START = ("import pickle, sys; from raylite.core import worker; "
+_START = ("import pickle, sys; from raylite.core.worker import loop as worker; "
           "worker.run(pickle.loads(bytes.fromhex(sys.argv[1])), *map(int, sys.argv[2:]))")
 
 HELD = []
@@ -22,7 +22,7 @@ HELD = []
 
 def views(op: str, name: str = "", size: int = 0) -> None:
     """User code keeping (or dropping) values that read a segment: while kept, it stays mapped."""
-    from raylite.core.segments import mappings
+    from raylite.core.wire.segments import mappings
     if op == "hold":
         HELD.append(mappings.view(name, size))
     else:
@@ -127,6 +127,6 @@ def test_a_forgotten_segment_is_released_only_once_no_value_maps_it(node, tmp_pa
 def test_the_loop_has_one_handler_for_each_message_to_a_worker():
     from types import SimpleNamespace
 
-    from raylite.core.worker import Loop
+    from raylite.core.worker.loop import Loop
     loop = Loop(SimpleNamespace(deliver=None, give_back=None), SimpleNamespace(run=None, cancel_call=None))
     assert set(loop.handlers) == protocol.TO_WORKER

@@ -7,6 +7,8 @@ depth (module, class, function, ``if TYPE_CHECKING``) is an edge, relative impor
   ``BELOW_CORE`` (which import nothing from raylite);
 * public face: train/, tune/ and plugins/ import nothing from raylite.core (they use ``raylite``,
   ``raylite.util``, ``raylite.exceptions``, ...); util/ imports only the core modules listed;
+* layers: each module lives in one of raylite/core's subpackages, declared lowest first in ``LAYERS``;
+  a layer imports only itself and the layers below it;
 * no cycle among raylite/core's modules.
 
 The known breaches are allowlists that work as ratchets: an entry that no longer exists (or no
@@ -31,44 +33,60 @@ BELOW_CORE = {"raylite.exceptions", "raylite.runtime_env"}
 
 # core -> above core, today: (importer, imported); the list may only shrink
 UPWARD_ALLOWED = {
-    ("raylite.core.submission", "raylite.dag"),      # .bind() builds a DAG node
-    ("raylite.core.worker", "raylite.util.rpdb"),    # the worker's post-mortem debugger
+    ("raylite.core.api.submission", "raylite.dag"),                        # .bind() builds a DAG node
+    ("raylite.core.worker.loop", "raylite.util.rpdb"),                     # the worker's post-mortem debugger
 }
 
 # util/ mirrors Ray's ray.util.* paths, implemented in core: the core modules it may import today
 UTIL_CORE_ALLOWED = {
-    ("raylite.util", "raylite.core.api"),
-    ("raylite.util.check_serialize", "raylite.core.serialization"),
-    ("raylite.util.metrics", "raylite.core.metrics"),
-    ("raylite.util.metrics", "raylite.core.objects"),
-    ("raylite.util.metrics", "raylite.core.ray_backend"),
-    ("raylite.util.placement", "raylite.core.api"),
-    ("raylite.util.placement_group", "raylite.core.placement_groups"),
-    ("raylite.util.scheduling_strategies", "raylite.core.labels"),
-    ("raylite.util.scheduling_strategies", "raylite.core.placement_groups"),
-    ("raylite.util.serialization", "raylite.core.ray_backend"),
-    ("raylite.util.serialization", "raylite.core.serialization"),
-    ("raylite.util.state", "raylite.core.state_api"),
-    ("raylite.util.state", "raylite.core.state_logs"),
-    ("raylite.util.state.common", "raylite.core.state_api"),
-    ("raylite.util.state.exception", "raylite.core.state_api"),
+    ("raylite.util", "raylite.core.api.runtime"),
+    ("raylite.util.check_serialize", "raylite.core.wire.serialization"),
+    ("raylite.util.metrics", "raylite.core.client.metrics"),
+    ("raylite.util.metrics", "raylite.core.client.objects"),
+    ("raylite.util.metrics", "raylite.core.client.ray_backend"),
+    ("raylite.util.placement", "raylite.core.api.runtime"),
+    ("raylite.util.placement_group", "raylite.core.api.placement_groups"),
+    ("raylite.util.scheduling_strategies", "raylite.core.wire.labels"),
+    ("raylite.util.scheduling_strategies", "raylite.core.api.placement_groups"),
+    ("raylite.util.serialization", "raylite.core.client.ray_backend"),
+    ("raylite.util.serialization", "raylite.core.wire.serialization"),
+    ("raylite.util.state", "raylite.core.api.state"),
+    ("raylite.util.state", "raylite.core.api.state_logs"),
+    ("raylite.util.state.common", "raylite.core.api.state"),
+    ("raylite.util.state.exception", "raylite.core.api.state"),
 }
 
 PUBLIC_ONLY = ("raylite.train", "raylite.tune", "raylite.plugins")
 
+# raylite/core's subpackages, lowest first: a layer imports only itself and the layers before it
+LAYERS = ["wire", "hardware", "envs", "client", "worker", "node", "api"]
+
+# a layer -> a layer above it, today: the seams of issue 26 item 1 remove them; the list may only shrink
+LAYER_BREACHES = {
+    ("raylite.core.wire.serialization", "raylite.core.client.objects"),   # pickling an ObjectRef counts it
+    ("raylite.core.client.context", "raylite.core.api.runtime"),          # auto-init; the dashboard's url
+    ("raylite.core.client.context", "raylite.core.api.actor_class"),      # current_actor builds an ActorHandle
+    ("raylite.core.client.objects", "raylite.core.api.runtime"),          # ObjectRef.future's get
+    ("raylite.core.worker.concurrency", "raylite.core.api.submission"),   # whether a class is an async actor
+    ("raylite.core.worker.executor", "raylite.core.api.remote"),          # is_coroutine_function for async __init__
+    ("raylite.core.worker.zygote", "raylite.core.api.runtime"),           # preloads the API for tasks
+    ("raylite.core.node.manager", "raylite.core.api.placement_groups"),   # the scheduler's PlacementGroup
+    ("raylite.core.node.snapshot", "raylite.core.api.startup"),           # NODE_IP
+}
+
 # core's import edges that close a cycle today, all function-level: a lower module reaching up into
 # the API layer (issue 26's seams remove them). Without them core's imports form no cycle.
 CYCLE_EDGES = {
-    ("raylite.core.context", "raylite.core.api"),            # auto-init; the dashboard's url
-    ("raylite.core.context", "raylite.core.actor_class"),    # current_actor builds an ActorHandle
-    ("raylite.core.control", "raylite.core.api"),            # stop's shutdown
-    ("raylite.core.objects", "raylite.core.api"),            # ObjectRef.future's get
-    ("raylite.core.objects", "raylite.core.ray_backend"),    # isinstance attaches to Ray
-    ("raylite.core.startup", "raylite.core.api"),            # RayContext.disconnect's shutdown
-    ("raylite.core.state_api", "raylite.core.api"),          # the client, is_initialized
-    ("raylite.core.submission", "raylite.core.api"),         # auto-init
-    ("raylite.core.submission", "raylite.core.placement_groups"),  # placement_of parses the options
-    ("raylite.core.zygote", "raylite.core.api"),             # preloads the API for tasks
+    ("raylite.core.client.context", "raylite.core.api.runtime"),           # auto-init; the dashboard's url
+    ("raylite.core.client.context", "raylite.core.api.actor_class"),       # current_actor builds an ActorHandle
+    ("raylite.core.api.control", "raylite.core.api.runtime"),              # stop's shutdown
+    ("raylite.core.client.objects", "raylite.core.api.runtime"),           # ObjectRef.future's get
+    ("raylite.core.client.objects", "raylite.core.client.ray_backend"),    # isinstance attaches to Ray
+    ("raylite.core.api.startup", "raylite.core.api.runtime"),              # RayContext.disconnect's shutdown
+    ("raylite.core.api.state", "raylite.core.api.runtime"),                # the client, is_initialized
+    ("raylite.core.api.submission", "raylite.core.api.runtime"),           # auto-init
+    ("raylite.core.api.submission", "raylite.core.api.placement_groups"),  # placement_of parses the options
+    ("raylite.core.worker.zygote", "raylite.core.api.runtime"),            # preloads the API for tasks
 }
 
 
@@ -279,4 +297,29 @@ def test_train_tune_plugins_share_only_public_modules():
     made = {(e.importer, e.imported) for e in crossing}
     problems += [f"{a} no longer imports {b}: remove the entry from PRIVATE_ACROSS_ALLOWED"
                  for a, b in PRIVATE_ACROSS_ALLOWED - made]
+    assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------- raylite/core's layers
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[2] in LAYERS else None
+
+
+def test_core_modules_live_in_layers():
+    strays = [m for m in _modules() if _in(m, CORE) and m != CORE and _layer(m) is None]
+    assert not strays, (f"{', '.join(strays)}: every raylite/core module lives in one of its layers' subpackages "
+                        f"({', '.join(LAYERS)}); put it in the one whose job it does")
+
+
+def test_each_layer_imports_only_itself_and_below():
+    graph = _core_graph(_edges())
+    problems = [f"{', '.join(where)}: {a} imports {b} (rule: the {_layer(a)} layer imports only itself and "
+                f"the layers below it, lowest first: {', '.join(LAYERS)})"
+                for (a, b), where in sorted(graph.items())
+                if _layer(a) and _layer(b) and LAYERS.index(_layer(b)) > LAYERS.index(_layer(a))
+                and (a, b) not in LAYER_BREACHES]
+    problems += [f"{a} no longer imports {b}: remove the entry from LAYER_BREACHES"
+                 for a, b in sorted(LAYER_BREACHES - set(graph))]
+    print(f"{len(LAYER_BREACHES)} allowlisted layer breaches remain in raylite/core")
     assert not problems, "\n".join(problems)

@@ -59,7 +59,7 @@ def test_a_terminal_gets_one_redrawn_line(monkeypatch):
 
 
 def test_verbose_0_is_quiet_but_the_panel_is_published(monkeypatch):
-    from raylite.core import control
+    from raylite.core.api import control
     from raylite.train.progress import RunProgress
     monkeypatch.setenv("RAYLITE_PROGRESS_INTERVAL_S", "0.01")
     trainer, recorder = _fake_run(reports=2, last={"acc": 0.5, "training_iteration": 2})

@@ -1,5 +1,5 @@
 """``ray.util.state.common``'s record types, for code that imports them from there."""
-from raylite.core.state_api import (ActorState, ClusterEventState, JobState, NodeState, ObjectState,
+from raylite.core.api.state import (ActorState, ClusterEventState, JobState, NodeState, ObjectState,
                                     PlacementGroupState, RuntimeEnvState, TaskState, WorkerState)
 
 __all__ = ["ActorState", "ClusterEventState", "JobState", "NodeState", "ObjectState", "PlacementGroupState",

@@ -1,4 +1,4 @@
 """``ray.util.state.exception``'s error, for code that catches it by that path."""
-from raylite.core.state_api import RayStateApiException
+from raylite.core.api.state import RayStateApiException
 
 __all__ = ["RayStateApiException"]

@@ -1,0 +1,182 @@
+"""ObjectRef and the per-process link to the runtime that owns the objects.
+
+Each live ObjectRef, in any process, counts as one reference in the driver's object table; when
+it is garbage collected the count drops and the value (and its shared-memory segments) is freed
+at zero. A ref pickled by raylite's serializer (nested in an argument, a put value or a return
+value) is recorded in that value's `refs`: the driver holds it for as long as the value lives,
+and every copy unpickled from it is a new counted ref. A ref pickled any other way (plain
+`pickle.dumps`, a function's closure) cannot be followed, so it pins its object until shutdown.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+import threading
+
+
+class _Process:
+    """Which client this process talks through, and how it mints ids."""
+
+    client = None          # DriverClient in the driver, WorkerClient in a worker
+    ray = None             # the ray_backend module while raylite runs on Ray (then client is None)
+    index = 0              # 0 for the driver; workers get 1, 2, ...
+    runtime_env = None     # a worker's own runtime_env, inherited by what it submits
+    counter = itertools.count(1)
+
+
+process = _Process()
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """get's and wait's timeout, checked before anything waits: None or infinity wait for ever."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout must be a number of seconds or None, got timeout={timeout!r}")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be a non-negative number of seconds or None, got timeout={timeout!r}")
+    return None if math.isinf(timeout) else float(timeout)
+
+
+# .refs: ids of the refs and actor handles pickled by this thread's current serialize call
+_collector = threading.local()
+
+
+def collect_refs() -> list | None:
+    """Start recording pickled refs (in this thread); returns what to hand to `collected`."""
+    outer = getattr(_collector, "refs", None)
+    _collector.refs = []
+    return outer
+
+
+def collected(outer: list | None) -> tuple[int, ...]:
+    """Stop recording; the distinct ids pickled since `collect_refs`."""
+    refs, _collector.refs = _collector.refs, outer
+    return tuple(dict.fromkeys(refs))
+
+
+def record(object_id: int) -> bool:
+    """Note a ref (or actor handle) being pickled; False when no raylite serializer is running,
+    and the caller must pin what it refers to instead."""
+    refs = getattr(_collector, "refs", None)
+    if refs is None:
+        return False
+    refs.append(object_id)
+    return True
+
+
+def _borrowed(object_id: int) -> ObjectRef:
+    """An unpickled ref: counted like any other while a runtime is up."""
+    client = process.client
+    if client is None:
+        return ObjectRef(object_id)
+    client.addref(object_id)
+    return ObjectRef(object_id, True)
+
+
+def next_id() -> int:
+    """Ids unique in the session without a round trip: process index in the high bits."""
+    return (process.index << 40) | next(process.counter)
+
+
+def minted_by(object_id: int) -> int:
+    """The index of the process whose next_id() made an id: for a task, who submitted it."""
+    return object_id >> 40
+
+
+class BackendType(type):
+    """``isinstance(x, raylite.ObjectRef)`` (or ``ActorHandle``) also holds for Ray's own refs and
+    handles while the Ray backend runs, so code written against raylite's names ports as is."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        if type.__instancecheck__(cls, obj):
+            return True
+        if process.ray is None and process.client is None:   # maybe in a Ray worker: attach
+            from raylite.core.client import ray_backend
+            ray_backend.attach()
+        ray = process.ray
+        return ray is not None and isinstance(obj, ray.counterpart(cls))
+
+
+class ObjectRef(metaclass=BackendType):
+    """A handle to a value that is, or will be, in the object table."""
+
+    __slots__ = ("id", "_tracked", "__weakref__")
+
+    def __init__(self, object_id: int | bytes, _tracked: bool = False):
+        self._tracked = _tracked   # first: __del__ reads it even when the id below is refused
+        if type(object_id) is not int:   # ray.ObjectRef(ref.binary()) or (bytes.fromhex(ref.hex()))
+            if not isinstance(object_id, (bytes, bytearray)):
+                raise TypeError(f"ObjectRef takes the id's bytes (ref.binary()), got {type(object_id).__name__}")
+            object_id = int.from_bytes(object_id, "big")
+        self.id = object_id
+
+    def hex(self) -> str:
+        return f"{self.id:028x}"
+
+    @classmethod
+    def from_hex(cls, hex_id: str) -> ObjectRef:
+        return cls(bytes.fromhex(hex_id))
+
+    @classmethod
+    def nil(cls) -> ObjectRef:
+        """The id no object has (Ray's all-zero id)."""
+        return cls(0)
+
+    def is_nil(self) -> bool:
+        return self.id == 0
+
+    def binary(self) -> bytes:
+        return self.id.to_bytes(14, "big")
+
+    def task_id(self) -> str:
+        return self.hex()
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self.hex()})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ObjectRef) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __reduce__(self):
+        if not record(self.id) and process.client is not None:   # nobody can follow this copy: keep it
+            process.client.pin(self.id)
+        return (_borrowed, (self.id,))
+
+    def __del__(self):
+        if self._tracked:
+            client = process.client
+            if client is not None:
+                try:
+                    client.release(self.id)
+                except Exception:  # interpreter shutdown
+                    pass
+
+    def future(self):
+        """A concurrent.futures.Future resolved with the value (or the error)."""
+        from concurrent.futures import Future
+        fut: Future = Future()
+
+        def resolve():
+            from raylite.core.api import runtime as api
+            try:
+                fut.set_result(api.get(self))
+            except BaseException as e:  # noqa: BLE001 - handed to the future
+                fut.set_exception(e)
+
+        threading.Thread(target=resolve, daemon=True).start()
+        return fut
+
+    def as_future(self):
+        """An asyncio future of the value, on the running event loop (Ray's ``ref.as_future()``)."""
+        import asyncio
+        return asyncio.wrap_future(self.future())
+
+    def __await__(self):
+        """`await ref` inside async actors and coroutines, as in Ray."""
+        import asyncio
+        return asyncio.wrap_future(self.future()).__await__()

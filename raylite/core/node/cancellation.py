@@ -1,0 +1,86 @@
+"""ray.cancel on the node: a queued task ends at once, a running one is interrupted (SIGINT,
+again if the signal came too early) or killed (force=True), its children with it (recursive)."""
+from __future__ import annotations
+
+import signal
+
+from raylite import exceptions
+from raylite.core.node.records import WorkerProc
+from raylite.core.wire import protocol as P
+from raylite.core.wire.protocol import TaskSpec
+from raylite.core.wire.serialization import error_value
+
+# A cancel's SIGINT can be lost: one that lands just before the task blocks in a system call (a
+# sleep, a read) only marks Python's flag, which it checks once that call returns. So while the task
+# runs on, the node sends it again after these delays; the worker raises KeyboardInterrupt once
+# per task whatever it gets (a task that catches it to clean up is not interrupted again).
+RESIGNAL_S = (0.05, 0.2, 1.0)
+
+
+class _Resignal:
+    """A timer (see ObjectTable.add_timer) that interrupts a cancelled task again."""
+
+    __slots__ = ("node", "worker", "spec", "tries", "done")
+
+    def __init__(self, node, worker: WorkerProc, spec: TaskSpec):
+        self.node, self.worker, self.spec, self.tries, self.done = node, worker, spec, 0, False
+
+    def expire(self) -> None:
+        self.node._resignal(self)
+
+
+class Cancellation:
+    """Node mixin. Needs: producers, cancelled, children, queues, actors, workers, held, table,
+    _finish, _send, _signal, _unhold, _recall."""
+
+    def cancel(self, oid: int, force: bool, recursive: bool = True) -> None:
+        spec = self.producers.get(oid)
+        if spec is None:
+            return
+        self.cancelled.add(spec.task_id)
+        if recursive:   # tasks it submitted would otherwise run on, holding their resources
+            for child in self.children.pop(spec.task_id, ()):
+                if child.return_ids:
+                    self.cancel(child.return_ids[0], force, True)
+        error = error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled"))
+        for queue in self.queues.values():
+            if spec in queue:
+                queue.remove(spec)
+                return self._finish(spec, error)
+        if spec.kind == "actor_call":
+            actor = self.actors.get(spec.actor_id)
+            if actor is not None and spec in actor.queue:
+                actor.queue.remove(spec)
+                self._finish(spec, error)
+            elif actor is not None and actor.worker is not None and spec.task_id in actor.inflight:
+                self._send(actor.worker, (P.CANCEL_CALL, spec.task_id))   # async actors stop it
+                if next(iter(actor.inflight)) == spec.task_id:   # a one-at-a-time actor runs it now:
+                    self._signal(actor.worker, signal.SIGUSR1)   # its is_canceled() turns true
+            return
+        w = next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
+        if w is None:   # still waiting for its arguments
+            return self._finish(spec, error)
+        if w.index in self.held:   # not sent to its starting worker yet
+            _, alloc = self._unhold(w)
+            alloc.pool.release(alloc)
+            return self._finish(spec, error)
+        if w.next is spec:
+            return self._recall(w)
+        if force:
+            w.exit_cause = ("INTENDED_USER_EXIT", f"ray.cancel(force=True) of {spec.name} killed it")
+        self._signal(w, signal.SIGKILL if force else signal.SIGINT)
+        if not force:
+            self.table.add_timer(RESIGNAL_S[0], _Resignal(self, w, spec))
+
+    def _resignal(self, timer: _Resignal) -> None:
+        w, spec = timer.worker, timer.spec
+        if w.task is spec and spec.task_id in self.cancelled and w.index in self.workers:
+            self._signal(w, signal.SIGINT)
+            timer.tries += 1
+            if timer.tries < len(RESIGNAL_S):
+                self.table.add_timer(RESIGNAL_S[timer.tries], timer)
+
+    def _msg_interrupt_missed(self, w: WorkerProc, task_id: int) -> None:
+        """The worker got a cancel's SIGINT before it started this task: if that was for it, again."""
+        if w.task is not None and w.task.task_id == task_id and task_id in self.cancelled:
+            self._signal(w, signal.SIGINT)

@@ -1,0 +1,62 @@
+"""Placement groups on the node (raylite.core.api.placement_groups is the API, raylite.core.node.groups
+the bundles' bookkeeping): creating, looking up and removing one, and what removal ends: its
+actors, its running tasks, the tasks still waiting for it."""
+from __future__ import annotations
+
+import signal
+
+from raylite import exceptions
+from raylite.core.wire.protocol import TaskSpec
+from raylite.core.wire.serialization import error_value
+
+
+class GroupLifecycle:
+    """Node mixin. Needs: groups, table, actors, workers, _actor_gone, _kill_actor, _finish, _signal."""
+
+    def _group_gone(self, spec: TaskSpec) -> None:
+        error = error_value(exceptions.TaskPlacementGroupRemoved(
+            f"cannot run {spec.name}: its placement group was removed"))
+        if spec.kind == "actor_create":
+            actor = self.actors[spec.actor_id]
+            actor.restarts_left, actor.error = 0, "its placement group was removed"
+            return self._actor_gone(actor)
+        self._finish(spec, error)
+
+    def create_group(self, pg_id: int, bundles: list, strategy: str, name: str, ready_id: int) -> None:
+        self.groups.create(pg_id, bundles, strategy, name, ready_id)
+        self.table.new_entries([ready_id])   # its one ref: the group's own, dropped at removal
+
+    def remove_group(self, pg_id: int) -> None:
+        group = self.groups.remove(pg_id)
+        if group is None:
+            return
+        for actor in list(self.actors.values()):
+            if actor.spec.placement is not None and actor.spec.placement[0] == pg_id:
+                actor.restarts_left, actor.error = 0, "its placement group was removed"
+                self._kill_actor(actor.spec.actor_id, True)
+        for w in self.workers.values():
+            if w.task is not None and w.task.placement is not None and w.task.placement[0] == pg_id:
+                self._signal(w, signal.SIGKILL)   # its death is then final (see _worker_gone)
+        entry = self.table.objects.get(group.ready_id)
+        if entry is not None and entry.value is None:
+            self.table.set_value(group.ready_id, error_value(exceptions.RayError(
+                f"placement group {group.name or pg_id} was removed before it was placed")))
+        self.table.release(group.ready_id)
+
+    def group_info(self, pg_id: int | None = None, name: str | None = None, handle: bool = False):
+        """A live group's (id, bundles in units, ready id) by id or name with ``handle``; else the
+        table entry of one group, or of all by id."""
+        if name is not None:
+            pg_id = self.groups.by_name.get(name)
+            if pg_id is None:
+                raise ValueError(f"Failed to look up placement group with name: {name}")
+        if handle:
+            group = self.groups.by_id[pg_id]
+            return pg_id, group.bundles, group.ready_id
+        if pg_id is None:
+            return {f"{i:028x}": self.groups.table(i) for i in self.groups.by_id}
+        return self.groups.table(pg_id)
+
+    def group(self, op: str, *args):
+        """One entry for the clients: "create", "remove" or "info"."""
+        return {"create": self.create_group, "remove": self.remove_group, "info": self.group_info}[op](*args)

@@ -1,0 +1,217 @@
+"""A driver thread blocked in get() or wait() reads the worker that produces its result itself.
+
+The node thread owns the workers' sockets. Left to it, a result costs two thread wake-ups in the
+driver, the node thread's and then the waiting thread's; on a VM whose idle vCPUs halt, each costs
+0.1-0.3 ms, as much as the rest of a task's round trip. So when all that a waiter still lacks comes
+from one worker (the task it runs, or calls on the actor it hosts), the waiting thread takes that
+worker's socket out of the node's selector and serves it itself, under the node lock like any node
+code, until the waiter fires; then it hands the socket back. It takes the worker's stdout and stderr
+pipes along, so that the worker's output and messages are handled in one thread, in their order
+(an actor's `__repr__` names the output after it; what a task prints before it returns is printed
+before the get returns). Whoever else fires the waiter (the node thread: a timeout, a result from
+elsewhere; another thread), ends the worker, leaves bytes for it unsent, or gives its task to
+another worker before it started (Node._take_held: the reader then follows the task), wakes the
+reading thread through the reader's own socket pair. The first wait polls before it sleeps (see
+protocol.spin_for).
+"""
+from __future__ import annotations
+
+import select
+import selectors
+import socket
+import threading
+import time
+
+from raylite.core.wire.protocol import poll_spinning, spin_for
+
+
+class Reader:
+    """A worker's socket (and output pipes) on loan to the thread `thread`, until `waiter` fires."""
+
+    __slots__ = ("worker", "waiter", "key", "pipes", "thread", "wake_r", "wake_w", "moved", "signalled")
+
+    def __init__(self, worker, waiter, key, pipes: dict, thread: int, wake: tuple):
+        self.worker, self.waiter, self.key, self.pipes, self.thread = worker, waiter, key, pipes, thread
+        self.wake_r, self.wake_w = wake
+        self.moved = False   # the task went to another worker before this one started (see Node._take_held)
+        # a byte may wait in wake_r: drain it before the pair is reused (an empty socket's drain
+        # raises, which on the path of every get costs ~10 us). A byte missed in a race only wakes
+        # the pair's next reader once for nothing.
+        self.signalled = False
+
+    def needs_reader(self, stopping: bool, workers: dict) -> bool:
+        w = self.worker
+        return self.waiter.done or stopping or self.moved or w.index not in workers or bool(w.chan.wbuf)
+
+
+class ProducerReading:
+    """Node mixin. Needs: lock, sel, workers, actors, producers, table, stopping, fn_time,
+    _run_locked, as_node, failure, _on_worker, dirty_channels."""
+
+    def _init_readers(self) -> None:
+        self.readers: dict[int, Reader] = {}        # worker index -> its socket's borrower
+        self._spare_wakes: list[tuple] = []         # socket pairs of readers gone, for the next ones
+
+    def read_producer(self, waiter, ids) -> None:
+        """Serve the one worker that produces what `waiter` (registered on ids) lacks, from the
+        calling thread, until the waiter fires; return at once when there is no such worker (or
+        the node is busy), and the caller blocks as before."""
+        while self._read_producer_once(waiter, ids):
+            pass   # the task moved to another worker: read that one
+
+    def _read_producer_once(self, waiter, ids) -> bool:
+        if waiter.done or not self.lock.acquire(False):
+            return False
+        try:
+            reader = self._borrow(waiter, ids)
+        finally:
+            self.lock.release()
+        if reader is None:
+            return False
+        w, sock = reader.worker, reader.worker.chan.sock
+        poller = select.poll()   # not select(): no limit on descriptor numbers
+        poller.register(reader.wake_r, select.POLLIN)
+        for fd in reader.pipes:
+            poller.register(fd, select.POLLIN)
+        try:
+            poller.register(sock, select.POLLIN)
+            watching_out = False
+            # the first wait polls, as long as the task's function usually takes to run (see
+            # protocol.spin_for), unless user threads would compete for the GIL
+            spin = spin_for(self._time_left(w)) if threading.active_count() <= 2 else 0.0
+            while (not waiter.done and not self.stopping and not reader.moved and w.index in self.workers
+                   and self.failure.cause is None):
+                if bool(w.chan.wbuf) != watching_out:
+                    watching_out = not watching_out
+                    poller.modify(sock, select.POLLIN | (select.POLLOUT if watching_out else 0))
+                events = dict(_poll(poller, spin))
+                spin = 0.0
+                if events.pop(reader.wake_r.fileno(), 0):
+                    reader.signalled = False
+                    _drain(reader.wake_r)
+                if events:   # the worker's socket or pipes: readable, writable, or closed
+                    self.lock.acquire()
+                    self._run_locked(self.as_node, (self._serve_borrowed, reader, events))
+                    for fd in [fd for fd in events if fd in reader.pipes and fd not in (w.out_fd, w.err_fd)]:
+                        poller.unregister(fd)   # it reached its end and is closed
+                        del reader.pipes[fd]
+        except (OSError, ValueError):   # the node closed the socket: the worker is gone
+            pass
+        finally:
+            self.lock.acquire()
+            self._run_locked(self._give_back, (reader,))
+        return reader.moved and not waiter.done
+
+    def _borrow(self, waiter, ids) -> Reader | None:
+        if not waiter.armed or waiter.done:   # its registration is still queued for the node thread
+            return None
+        w = self._producer(ids)
+        if w is None or w.index in self.readers:
+            return None
+        try:
+            key = self.sel.unregister(w.chan.sock)
+        except (KeyError, ValueError):
+            return None
+        pipes = {}
+        for fd in (w.out_fd, w.err_fd):
+            if fd >= 0:
+                pipes[fd] = self.sel.unregister(fd)
+        if self._spare_wakes:
+            pair = self._spare_wakes.pop()
+        else:
+            pair = socket.socketpair()
+            for end in pair:
+                end.setblocking(False)
+        reader = self.readers[w.index] = Reader(w, waiter, key, pipes, threading.get_ident(), pair)
+        return reader
+
+    def _producer(self, ids):
+        """The worker producing every id not ready yet, if it is one worker."""
+        found = None
+        for oid in ids:
+            entry = self.table.objects.get(oid) if oid >= 0 else None
+            if entry is not None and entry.value is not None:
+                continue
+            spec = self.producers.get(oid)
+            w = self._worker_of(spec) if spec is not None else None
+            if w is None or (found is not None and w is not found):
+                return None
+            found = w
+        return found
+
+    def _worker_of(self, spec):
+        if spec.kind == "actor_call":
+            actor = self.actors.get(spec.actor_id)
+            return actor.worker if actor is not None and actor.state == "ALIVE" else None
+        return next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
+
+    def _time_left(self, w) -> float | None:
+        """How long the task w runs has still to go, going by its function's usual run time
+        (None for actor calls and functions not run yet)."""
+        spec = w.task
+        typical = self.fn_time.get(spec.fn_id) if spec is not None and spec.kind == "task" else None
+        return None if typical is None else max(0.0, typical - (time.monotonic() - w.started))
+
+    def _serve_borrowed(self, reader: Reader, events: dict) -> None:
+        """The socket first (an actor's `__repr__`, sent before the output, names it), then the
+        pipes; both before the get that waits returns, so output printed before a result is out
+        before the caller goes on."""
+        w = reader.worker
+        if w.index in self.workers and w.chan.sock.fileno() in events:
+            self.dirty_channels.add(w.chan)   # flushed by the step that runs this
+            self._on_worker(w, selectors.EVENT_READ)
+        for fd, key in reader.pipes.items():
+            if fd in events:
+                key.data(selectors.EVENT_READ)
+
+    def _give_back(self, reader: Reader) -> None:
+        w = reader.worker
+        if self.readers.get(w.index) is reader:
+            del self.readers[w.index]
+        if self.stopping:
+            reader.wake_r.close()
+            reader.wake_w.close()
+        else:
+            if reader.signalled:
+                _drain(reader.wake_r)
+            self._spare_wakes.append((reader.wake_r, reader.wake_w))
+        for fd, key in reader.pipes.items():   # open still (a dead worker's too: the node drains them)
+            if fd in (w.out_fd, w.err_fd):
+                try:
+                    self.sel.register(fd, selectors.EVENT_READ, key.data)
+                except (OSError, ValueError):   # shutdown() from another thread closed the selector
+                    pass
+        if w.index in self.workers and w.chan.sock.fileno() >= 0 and not self.stopping:
+            w.chan.watch_write = bool(w.chan.wbuf)
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0)
+            self.sel.register(w.chan.sock, events, reader.key.data)
+
+    def _wake_readers(self) -> None:
+        """After node code ran: wake the borrowers (in other threads) that have something to do."""
+        me = threading.get_ident()
+        for reader in list(self.readers.values()):
+            if reader.thread != me and reader.needs_reader(self.stopping, self.workers):
+                reader.signalled = True
+                try:
+                    reader.wake_w.send(b"x")
+                except OSError:   # full: it is awake already
+                    pass
+
+    def _close_readers(self) -> None:
+        for pair in self._spare_wakes:
+            for end in pair:
+                end.close()
+        self._spare_wakes.clear()
+
+
+def _poll(poller, spin: float) -> list:
+    """poller.poll(), first polling for `spin` seconds."""
+    return (spin and poll_spinning(poller, spin)) or poller.poll()
+
+
+def _drain(sock: socket.socket) -> None:
+    try:
+        while sock.recv(4096):
+            pass
+    except OSError:
+        pass

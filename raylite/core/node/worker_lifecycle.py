@@ -1,0 +1,226 @@
+"""The worker processes' lifecycle, as the node sees it: forking one through the zygote, its
+signals, its socket's events, retiring it, and what its end means for its task or actor (a
+crash, the kernel's out-of-memory killer, a retry)."""
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+
+from raylite import exceptions
+from raylite.core.envs import runtime_env
+from raylite.core.hardware import accelerators
+from raylite.core.node.records import WorkerProc
+from raylite.core.wire import protocol as P
+from raylite.core.wire import segments
+from raylite.core.wire.protocol import Channel
+from raylite.core.wire.serialization import error_value
+from raylite.core.worker.zygote import Zygote, end_group
+
+OOM_KILLED = "the kernel's out-of-memory killer (the machine or container ran out of memory)"
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has ended (any cgroup's), if known."""
+    try:
+        with open("/proc/vmstat", "rb") as f:
+            for line in f:
+                if line.startswith(b"oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def cannot_start(e: OSError) -> str:
+    """Why a worker could not start, with the limit to raise when it is the open-files one."""
+    if e.errno == errno.EMFILE:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return (f"{e.strerror}: this process may open {soft} files and each worker takes 3; "
+                f"raise the limit with `ulimit -n` before starting Python")
+    return str(e)
+
+
+class WorkerLifecycle:
+    """Node mixin. Needs: workers, idle, starting, held, readers, sel, table, res, groups, zygote,
+    session and the job's settings, cancelled, cluster_events, dead_workers, oom_kills, stopping,
+    _send, _enqueue, _requeue, _finish, _group_gone, _actor_gone, _owner_died, _on_output,
+    emit_early_output, handlers."""
+
+    def _signal(self, w: WorkerProc, signum: int) -> None:
+        if w.pid is None:   # its hello is not read yet (a caller's command can run first): send it then
+            if w.signal_on_hello != signal.SIGKILL:
+                w.signal_on_hello = signum
+            return
+        try:
+            os.kill(w.pid, signum)
+        except OSError:
+            pass
+
+    def _worker_env(self, device_ids: dict, threads: int) -> dict:
+        env = accelerators.worker_env(device_ids, resources=self.accel_resources)
+        if "OMP_NUM_THREADS" not in os.environ:   # as Ray: math libraries use the CPUs held, not all
+            env["OMP_NUM_THREADS"] = str(threads)
+        return env
+
+    def _spawn(self, device_ids: dict, key: tuple, env: tuple | None, restarted: bool = False) -> WorkerProc:
+        index = next(self._worker_index)
+        opened = []   # closed again if this fails part way (out of descriptors, say)
+        try:
+            ours, theirs = socket.socketpair()
+            opened += [ours, theirs]
+            out_r, out_w = os.pipe()
+            opened += [out_r, out_w]
+            err_r, err_w = os.pipe()
+            opened += [err_r, err_w]
+        except OSError:
+            for end in opened:
+                if isinstance(end, socket.socket):
+                    end.close()
+                else:
+                    os.close(end)
+            raise
+        env_vars, sys_path, cwd = runtime_env.worker_settings(env, list(sys.path), os.getcwd())
+        if env is not None:
+            self.runtime_envs.setdefault(env, [time.time(), None])
+        config = {"index": index, "shm_prefix": self.shm_prefix, "sys_path": sys_path,
+                  "cwd": cwd, "job_id": self.job_id, "node_id": self.node_id, "namespace": self.namespace, "labels": self.labels,
+                  "logging": self.logging, "log_dir": self.log_dir, "shm_dir": segments.SHM_DIR,
+                  "spill_dir": segments.SPILL_DIR,
+                  "env": {**self._worker_env(device_ids, key[1]), **env_vars}, "runtime_env": env,
+                  "site_dirs": runtime_env.site_dirs(env),
+                  "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}
+        try:
+            self._fork(config, [theirs.fileno(), out_w, err_w])
+        except OSError:
+            ours.close()
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            theirs.close()
+            os.close(out_w)
+            os.close(err_w)
+        ours.setblocking(False)
+        w = WorkerProc(index, Channel(ours), key, out_r, err_r)
+        self.workers[index] = w
+        self.sel.register(ours, selectors.EVENT_READ, lambda ev, w=w: self._on_worker(w, ev))
+        for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
+            os.set_blocking(fd, False)
+            self.sel.register(fd, selectors.EVENT_READ, lambda ev, w=w, fd=fd, s=stream: self._on_output(w, fd, s))
+        return w
+
+    def _fork(self, config: dict, fds: list[int]) -> None:
+        """Ask the zygote for a worker. One that died (killed, or by the out-of-memory killer) is
+        restarted once, in the same session, so the work goes on; after a second death every start
+        fails saying so (it was "[Errno 32] Broken pipe")."""
+        try:
+            return self.zygote.fork(config, fds)
+        except (BrokenPipeError, ConnectionResetError) as e:
+            died = self.zygote.pid
+            if self.zygote_restarted:
+                raise OSError(f"raylite's worker factory (the zygote process, pid {died}) died again after "
+                              f"its restart, so no worker can start; shut down and init() again") from e
+        self.zygote_restarted = True
+        self.zygote_since = time.time()   # workers launched before lost their zygote (_worker_gone)
+        self.zygote.close(0)   # (reaps it)
+        self.zygote = Zygote(self.session)
+        self.zygote.wait_ready()
+        why = f"raylite's worker factory (the zygote process, pid {died}) died; restarted it (pid {self.zygote.pid})"
+        self.cluster_events.add("ERROR", "RAYLET", why)
+        sys.stderr.write(f"raylite: {why}; its workers died with it\n")
+        self.zygote.fork(config, fds)
+
+    def _on_worker(self, w: WorkerProc, events: int) -> None:
+        if self.workers.get(w.index) is not w:   # an event select() gave before a reading thread
+            return                               # (raylite.core.node.reader) found the worker gone
+        if events & selectors.EVENT_WRITE:
+            self.dirty_channels.add(w.chan)
+        if not events & selectors.EVENT_READ:
+            return
+        msgs = w.chan.feed()
+        if msgs is None:
+            return self._worker_gone(w)
+        for msg in msgs:
+            handler = self.handlers.get(msg[0])
+            if handler is None:
+                raise exceptions.RaySystemError(f"worker {w.pid} sent a message of unknown kind {msg[0]!r}")
+            handler(w, *msg[1:])
+
+    def _retire(self, w: WorkerProc) -> None:
+        w.retiring = True
+        w.exit_cause = ("INTENDED_SYSTEM_EXIT", "its actor ended: no handle left, or it was asked to end"
+                        if w.actor is not None else "raylite ended it: idle, or its max_calls reached")
+        self._send(w, (P.EXIT,))
+
+    def _worker_gone(self, w: WorkerProc) -> None:
+        if w.early_output:   # it died before its hello was read: print what it wrote all the same
+            self.emit_early_output(w)
+        oom = False
+        if not self.stopping:
+            if w.exit_cause is None:   # unexpected: did the kernel's out-of-memory killer just act?
+                before, self.oom_kills = self.oom_kills, oom_kills()
+                oom = before is not None and self.oom_kills is not None and self.oom_kills > before
+            kind, why = w.exit_cause or ("SYSTEM_ERROR", OOM_KILLED if oom else "the worker process died unexpectedly")
+            self.dead_workers.append((w.index, w.pid, kind, why, w.launched, time.time()))
+            if kind == "SYSTEM_ERROR":
+                running = w.actor.spec.name if w.actor is not None else w.task.name if w.task is not None else None
+                self.cluster_events.add("ERROR" if oom else "WARNING", "RAYLET",
+                                        f"worker {w.pid} died" + (f" running {running}" if running else "") + f": {why}",
+                                        pid=w.pid, worker_id=f"{w.index:016x}", name=running)
+            if oom and w.actor is not None:
+                w.actor.error = w.actor.error or OOM_KILLED
+        if not w.retiring and not self.stopping:
+            self._owner_died(w)
+            if w.pid is not None:   # killed while it wrote a large value: what it wrote is no object
+                segments.remove_unfinished(self.shm_prefix, w.pid)
+        if not self.stopping and w.pid is not None and (w.launched < self.zygote_since or self.zygote.exited()):
+            end_group(w.pid)   # its zygote, which ends what a dead worker started, is gone
+        if w.index not in self.readers:   # else a thread has it on loan (raylite.core.node.reader)
+            self.sel.unregister(w.chan.sock)
+        w.chan.close()
+        self.dirty_channels.discard(w.chan)
+        self.workers.pop(w.index, None)
+        self.starting.discard(w.index)
+        self.held.pop(w.index, None)
+        self.table.reader_gone(w.index)
+        pool = self.idle.get(w.key)
+        if pool and w in pool:
+            pool.remove(w)
+        if w.actor is not None:
+            self.blocked_actors.discard(w.index)
+            return self._actor_gone(w.actor)
+        if w.next is not None:
+            self._requeue(w.next)
+            w.next = None
+        spec, w.task = w.task, None
+        if spec is None:
+            return
+        self._unblock(w)
+        w.alloc.pool.release(w.alloc)
+        if spec.task_id in self.cancelled:
+            self._finish(spec, error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled")))
+        elif spec.placement is not None and self.groups.pools_for(spec.placement) == []:
+            self._group_gone(spec)
+        elif spec.max_retries != 0:
+            spec.max_retries -= 1
+            self._enqueue(spec)
+        elif oom:
+            self._finish(spec, error_value(exceptions.OutOfMemoryError(
+                f"the worker running {spec.name} (pid={w.pid}) was ended by {OOM_KILLED}: use less memory "
+                f"per task, or run fewer at once (ask for more num_cpus or memory= per task)")))
+        else:
+            self._finish(spec, error_value(exceptions.WorkerCrashedError(
+                f"the worker running {spec.name} (pid={w.pid}) died unexpectedly")))
+
+    def _unblock(self, w: WorkerProc) -> None:
+        if self.blocked_actors:
+            self.blocked_actors.discard(w.index)
+        if w.blocked:
+            w.alloc.pool.adjust("CPU", -w.blocked)
+            w.blocked = 0

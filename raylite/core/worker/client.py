@@ -1,0 +1,183 @@
+"""The runtime as a worker's user code sees it: nested `.remote()`, `get`, `wait`, `put` and the
+rest go to the driver's node as requests over the worker's control socket (raylite.core.wire.protocol)."""
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections import deque
+
+from raylite.core.client import context
+
+from raylite.core.wire import serialization
+from raylite.core.wire.protocol import (CANCEL, CREATE_NAMED, GET, GET_ACTOR, GROUP, KILL, NAMED_ACTORS, PUT, REFS, REPLY,
+                                        RESOURCES, RUN, STATE, STREAM_NEXT, SUBMIT, UNPREFETCH, UNPREFETCHED, WAIT, ADDREF,
+                                        PIN, RELEASE, Channel, TaskSpec, spec_from_wire, spin_for)
+from raylite.core.wire.resources import NodeResources
+
+
+class WorkerClient:
+    """The runtime as seen from inside a worker: requests over the control socket."""
+
+    def __init__(self, chan: Channel, shm_prefix: str, resources_model: NodeResources):
+        self.chan = chan
+        self.shm_prefix = shm_prefix
+        self.resources_model = resources_model   # the node's totals, for feasibility warnings
+        self.inbox: deque = deque()       # driver messages that arrived while waiting for a reply
+        self.lock = threading.RLock()
+        self.refops: list = []            # (op, object id) from pickling and GC, sent in order
+        self.sent_functions: set[str] = set()
+        self.req_ids = itertools.count(1)
+        self.replies: dict[int, _Reply] | None = None   # set once calls run concurrently
+        self.last_wait: float | None = None   # how long the last wait for a message took (s)
+
+    # -- plumbing --
+    def send(self, msg) -> None:
+        with self.lock:
+            self._flush_refops()
+            self.chan.send(msg)
+
+    def _flush_refops(self) -> None:
+        if self.refops:
+            ops, self.refops = self.refops, []
+            self.chan.send((REFS, ops))
+
+    def request(self, msg_kind: str, *args):
+        reply = None if self.replies is None else _Reply()   # concurrent calls: the main loop reads, each waits
+        with self.lock:
+            req = next(self.req_ids)
+            if reply is not None:
+                self.replies[req] = reply
+            self._flush_refops()
+            self.chan.send((msg_kind, req) + args)
+            while reply is None:
+                msg = incoming(self.chan.recv())
+                if msg is None:
+                    os._exit(1)  # the driver is gone
+                if msg[0] == REPLY and msg[1] == req:
+                    return msg[2]
+                if msg[0] == UNPREFETCH:
+                    self.give_back(msg[1])
+                else:
+                    self.inbox.append(msg)
+        return reply.wait()
+
+    def deliver(self, req: int, payload) -> None:
+        self.replies.pop(req).set(payload)
+
+    def give_back(self, task_id: int) -> None:
+        """Answer UNPREFETCH: the driver wants a task sent ahead of time back (this worker blocked
+        before it started); not found, it has run already."""
+        for msg in self.inbox:
+            if msg[0] == RUN and msg[1].task_id == task_id:
+                self.inbox.remove(msg)
+                return self.send((UNPREFETCHED, task_id, True))
+        self.send((UNPREFETCHED, task_id, False))
+
+    def next_message(self):
+        if self.inbox:
+            return self.inbox.popleft()
+        with self.lock:
+            self._flush_refops()
+        # a single-threaded worker waits for its next task polling first, for as long as its last
+        # wait suggests (see protocol.spin_for); with more threads, the polling one would compete
+        # for the GIL
+        spin = spin_for(self.last_wait) if threading.active_count() == 1 else 0.0
+        started = time.monotonic()
+        msg = self.chan.recv(spin)
+        self.last_wait = time.monotonic() - started
+        return incoming(msg)
+
+    # -- the client interface shared with the driver --
+    def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
+        if fn_bytes is not None and spec.fn_id in self.sent_functions:
+            fn_bytes = None
+        self.send((SUBMIT, spec, fn_bytes, context.running_task_id()))   # the call that submits it
+        self.sent_functions.add(spec.fn_id)
+
+    def put(self, object_id: int, ser) -> None:
+        self.send((PUT, object_id, ser))
+
+    def get(self, ids: list[int], timeout: float | None) -> list:
+        ok, payload = self.request(GET, ids, timeout)
+        if not ok:
+            raise payload
+        return payload
+
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> set[int]:
+        return self.request(WAIT, ids, num_returns, timeout)
+
+    def stream_next(self, completion_id: int, index: int) -> tuple:
+        return self.request(STREAM_NEXT, completion_id, index)
+
+    def pin(self, object_id: int) -> None:
+        self.refops.append((PIN, object_id))
+
+    def release(self, object_id: int) -> None:
+        self.refops.append((RELEASE, object_id))
+
+    def addref(self, object_id: int) -> None:
+        self.refops.append((ADDREF, object_id))
+
+    def kill(self, actor_id: int, no_restart: bool) -> None:
+        self.send((KILL, actor_id, no_restart))
+
+    def cancel(self, object_id: int, force: bool, recursive: bool) -> None:
+        self.send((CANCEL, object_id, force, recursive))
+
+    def create_named(self, spec: TaskSpec, fn_bytes: bytes | None, get_if_exists: bool):
+        if spec.fn_id in self.sent_functions:
+            fn_bytes = None
+        payload = self.request(CREATE_NAMED, spec, fn_bytes, get_if_exists)
+        self.sent_functions.add(spec.fn_id)
+        if isinstance(payload, ValueError):
+            raise payload
+        return payload
+
+    def get_actor(self, name: str, namespace: str | None):
+        payload = self.request(GET_ACTOR, name, namespace)
+        if isinstance(payload, ValueError):
+            raise payload
+        return payload
+
+    def named_actors(self) -> list[tuple[str, str]]:
+        return self.request(NAMED_ACTORS)
+
+    def resources(self) -> tuple[dict, dict]:
+        return self.request(RESOURCES)
+
+    def state(self, what: str, detail: bool) -> tuple[list, int]:
+        return self.request(STATE, what, detail)
+
+    def group(self, op: str, *args):
+        payload = self.request(GROUP, op, args)
+        if isinstance(payload, ValueError):
+            raise payload
+        return payload
+
+
+class _Reply:
+    """One pending request's answer, handed from the reading thread to the waiting one."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.payload = None
+
+    def set(self, payload) -> None:
+        self.payload = payload
+        self.lock.release()
+
+    def wait(self):
+        self.lock.acquire()
+        return self.payload
+
+
+def incoming(msg):
+    """A message as read; a "run" comes as plain data (protocol.spec_to_wire): rebuild it."""
+    if msg is not None and msg[0] == RUN:
+        deps = msg[3]
+        return (RUN, spec_from_wire(msg[1], serialization.Serialized), msg[2],
+                {d: serialization.Serialized(*v) for d, v in deps.items()} if deps else deps, msg[4], msg[5])
+    return msg
