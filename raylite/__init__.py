@@ -11,10 +11,12 @@ from raylite import exceptions
 
 __version__ = "0.1.0"
 
+_API = "raylite.core.api.runtime"   # init, get, put, ...: also what the zygote imports for every worker
+
 # where each public name lives
 _HOMES = {
     **dict.fromkeys(("available_resources", "cancel", "cluster_resources", "get", "get_actor", "get_gpu_ids",
-                     "is_initialized", "kill", "nodes", "put", "remote", "shutdown", "wait"), "raylite.core.api.runtime"),
+                     "is_initialized", "kill", "nodes", "put", "remote", "shutdown", "wait"), _API),
     "get_runtime_context": "raylite.core.client.context",
     "ObjectRef": "raylite.core.client.objects",
     "ActorClass": "raylite.core.api.remote", "ActorHandle": "raylite.core.api.remote", "method": "raylite.core.api.remote",
@@ -57,9 +59,9 @@ else:
         The first call in a process starts the worker zygote before importing the runtime, so the
         zygote's start overlaps the driver's imports instead of following them."""
         zygote = None
-        if "raylite.core.api.runtime" not in sys.modules and _local(address, kwargs.get("backend")):
+        if _API not in sys.modules and _local(address, kwargs.get("backend")):
             from raylite.core.worker.zygote import Zygote
-            zygote = Zygote()
+            zygote = Zygote((_API,))
         from raylite.core.api.runtime import init as start   # closes the zygote if it goes unused
         try:
             return start(address, _zygote=zygote, **kwargs)

@@ -236,14 +236,6 @@ def test_feasible():
     assert not NodeResources({"CPU": U}, {}).feasible({"GPU": 2500})
 
 
-def test_blocking_names_the_short_resource():
-    node = gpus(1, cpus=2)
-    node.try_acquire({"GPU": U})
-    assert node.blocking({"CPU": U, "GPU": 5000}) == ["GPU"]
-    assert node.blocking({"CPU": 3 * U}) == ["CPU"]
-    assert node.blocking({"CPU": U}) == []
-
-
 def test_describe():
     node = gpus(1)
     assert node.describe({"CPU": U, "GPU": 4 * U}) == "{CPU: 1, GPU: 4}"

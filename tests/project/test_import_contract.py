@@ -63,15 +63,10 @@ LAYERS = ["wire", "hardware", "envs", "client", "worker", "node", "api"]
 
 # a layer -> a layer above it, today: the seams of issue 26 item 1 remove them; the list may only shrink
 LAYER_BREACHES = {
-    ("raylite.core.wire.serialization", "raylite.core.client.objects"),   # pickling an ObjectRef counts it
     ("raylite.core.client.context", "raylite.core.api.runtime"),          # auto-init; the dashboard's url
     ("raylite.core.client.context", "raylite.core.api.actor_class"),      # current_actor builds an ActorHandle
     ("raylite.core.client.objects", "raylite.core.api.runtime"),          # ObjectRef.future's get
-    ("raylite.core.worker.concurrency", "raylite.core.api.submission"),   # whether a class is an async actor
-    ("raylite.core.worker.executor", "raylite.core.api.remote"),          # is_coroutine_function for async __init__
-    ("raylite.core.worker.zygote", "raylite.core.api.runtime"),           # preloads the API for tasks
     ("raylite.core.node.manager", "raylite.core.api.placement_groups"),   # the scheduler's PlacementGroup
-    ("raylite.core.node.snapshot", "raylite.core.api.startup"),           # NODE_IP
 }
 
 # core's import edges that close a cycle today, all function-level: a lower module reaching up into
@@ -86,7 +81,6 @@ CYCLE_EDGES = {
     ("raylite.core.api.state", "raylite.core.api.runtime"),                # the client, is_initialized
     ("raylite.core.api.submission", "raylite.core.api.runtime"),           # auto-init
     ("raylite.core.api.submission", "raylite.core.api.placement_groups"),  # placement_of parses the options
-    ("raylite.core.worker.zygote", "raylite.core.api.runtime"),            # preloads the API for tasks
 }
 
 

@@ -8,11 +8,11 @@ import os
 from raylite.core.api import submission
 from raylite.core.api.options import ACTOR_OPTIONS, METHOD_OPTIONS, check
 from raylite.core.api.options import retry_on as _retry_on
-from raylite.core.client import objects
 from raylite.core.client.objects import BackendType, ObjectRef, next_id, process
-from raylite.core.wire import signatures
+from raylite.core.wire import refs, signatures
 from raylite.core.wire.protocol import TaskSpec
 from raylite.core.wire.resources import SCALE
+from raylite.core.worker.concurrency import ASYNC_DEFAULT_CONCURRENCY
 
 
 def _out_of_order(options: dict, is_async: bool, concurrency: int) -> bool:
@@ -44,7 +44,7 @@ def _methods(cls) -> dict[str, int | str]:
         attr = getattr(cls, name, None)
         if callable(attr):
             declared = getattr(attr, "__ray_num_returns__", None)
-            out[name] = submission.default_returns(attr) if declared is None else declared
+            out[name] = signatures.default_returns(attr) if declared is None else declared
     return out
 
 
@@ -68,7 +68,7 @@ class ActorClass:
                             else (0, 0, (), (), (), False))
         self._call_options = _call_options(cls)
         # an async actor runs up to 1000 calls at once unless told otherwise, as in Ray
-        self._async_default = submission.ASYNC_DEFAULT_CONCURRENCY if submission.has_async_methods(cls) else 0
+        self._async_default = ASYNC_DEFAULT_CONCURRENCY if signatures.has_async_methods(cls) else 0
         self.__name__, self.__qualname__ = cls.__name__, getattr(cls, "__qualname__", cls.__name__)
         self.__module__, self.__doc__ = cls.__module__, cls.__doc__
 
@@ -169,7 +169,7 @@ class ActorHandle(metaclass=BackendType):
         return sorted(set(object.__dir__(self)) | set(self._methods))
 
     def __reduce__(self):   # counted like a nested ObjectRef (see raylite.core.client.objects)
-        if not objects.record(self._actor_id) and process.client is not None:
+        if not refs.record(self._actor_id) and process.client is not None:
             process.client.pin(self._actor_id)
         return (_borrowed_handle, (self._actor_id, (self._class_name, self._methods, self._max_pending,
                                                     self._call_options, self._arities)))

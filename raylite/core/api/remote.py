@@ -9,9 +9,9 @@ from raylite.core.api import submission
 from raylite.core.api.actor_class import ActorClass, ActorClassInheritanceException, ActorHandle, ActorMethod
 from raylite.core.api.options import METHOD_OPTIONS, TASK_OPTIONS, check
 from raylite.core.api.options import retry_on as _retry_on
-from raylite.core.api.submission import is_coroutine_function
 from raylite.core.client.objects import next_id, process
 from raylite.core.wire import signatures
+from raylite.core.wire.signatures import is_coroutine_function
 from raylite.core.wire.protocol import TaskSpec
 from raylite.core.wire.resources import ACCELERATOR_RESOURCES
 
@@ -36,7 +36,7 @@ class RemoteFunction:
         self._fresh = int(_uses_accelerators(self._request))   # max_calls when not given
         self._fn_id = os.urandom(8).hex()
         self._bytes: bytes | None = None
-        self._returns = submission.default_returns(function)
+        self._returns = signatures.default_returns(function)
         self._retry_on = _retry_on(self._options.get("retry_exceptions", False))
         self._arity = signatures.arity(function)
         self.__doc__ = getattr(function, "__doc__", None)

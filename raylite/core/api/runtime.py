@@ -7,14 +7,16 @@ import threading
 
 from raylite import exceptions
 from raylite.core.api.remote import ActorClass, ActorHandle, RemoteFunction
-from raylite.core.api.startup import (NODE_IP, RayContext, accelerator_part, anonymous_namespace, node_totals,
+from raylite.core.api.startup import (RayContext, accelerator_part, anonymous_namespace, node_totals,
                                       session_log_dir, use_ray)
 from raylite.core.client import context, ray_backend
 from raylite.core.client.objects import ObjectRef, check_timeout, next_id, process
 from raylite.core.client.streams import ObjectRefGenerator
 from raylite.core.wire import segments, serialization
+from raylite.core.wire.ids import NODE_IP
 from raylite.core.wire.resources import ACCELERATOR_TYPE_PREFIX, SCALE
 
+WORKER_IMPORTS = (__name__,)   # what the zygote imports for every worker: this API, which tasks call
 _lock = threading.RLock()
 _node = None
 _endpoint = None   # the node's control endpoint (raylite.core.api.control)
@@ -116,7 +118,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 if not isinstance(logging_config, LoggingConfig):
                     raise TypeError(f"logging_config must be a ray.LoggingConfig, got {type(logging_config).__name__}")
             if zygote is None:
-                zygote = Zygote()   # first: its start overlaps everything below
+                zygote = Zygote(WORKER_IMPORTS)   # first: its start overlaps everything below
             from raylite.core.hardware import accelerators, machine
             machine.raise_open_files_limit()
             totals = node_totals(num_cpus, resources, object_store_memory)

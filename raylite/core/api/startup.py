@@ -7,9 +7,8 @@ import os
 import sys
 
 from raylite.core.hardware import machine
+from raylite.core.wire.ids import NODE_IP
 from raylite.core.wire.resources import ACCELERATOR_RESOURCES, SCALE, format_bytes, to_fixed
-
-NODE_IP = "127.0.0.1"
 
 
 class RayContext(dict):

@@ -36,7 +36,7 @@ def _log_dir() -> str | None:
 def _check_node(node_id: str | None, node_ip: str | None) -> None:
     if node_id is None and node_ip is None:
         return
-    from raylite.core.api.startup import NODE_IP
+    from raylite.core.wire.ids import NODE_IP
     from raylite.core.client.context import RuntimeContext
     own = RuntimeContext().get_node_id()   # (not get_runtime_context(): asking must not start a runtime)
     if node_id is not None and node_id != own:

@@ -127,31 +127,6 @@ def returns(num_returns) -> tuple[tuple, str | None]:
     return tuple(next_id() for _ in range(num_returns)), None
 
 
-ASYNC_DEFAULT_CONCURRENCY = 1000   # calls at once on an async actor unless told otherwise, as in Ray
-# code flags, not inspect (10 ms to import): CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERATOR
-_GENERATOR_FLAGS, _ASYNC_FLAGS = 0x20 | 0x200, 0x80 | 0x200
-
-
-def _code_flags(fn) -> int:
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    return code.co_flags if code is not None else 0
-
-
-def is_coroutine_function(fn) -> bool:
-    return bool(_code_flags(fn) & 0x80)
-
-
-def has_async_methods(cls) -> bool:
-    """Whether an actor class is async (any async def or async generator method): its calls then
-    share one event loop, in the driver's spec and in the worker alike."""
-    return any(_code_flags(getattr(cls, name, None)) & _ASYNC_FLAGS for name in dir(cls))
-
-
-def default_returns(fn):
-    """Ray streams what a generator function yields unless told otherwise."""
-    return "streaming" if _code_flags(fn) & _GENERATOR_FLAGS else 1
-
-
 def refs(spec: TaskSpec):
     """What `.remote()` returns: one ref, a list for num_returns > 1, None for num_returns=0, an
     ObjectRefGenerator for a streaming generator."""

@@ -14,6 +14,8 @@ import math
 import numbers
 import threading
 
+from raylite.core.wire import refs
+
 
 class _Process:
     """Which client this process talks through, and how it mints ids."""
@@ -37,33 +39,6 @@ def check_timeout(timeout: float | None) -> float | None:
     if math.isnan(timeout) or timeout < 0:
         raise ValueError(f"timeout must be a non-negative number of seconds or None, got timeout={timeout!r}")
     return None if math.isinf(timeout) else float(timeout)
-
-
-# .refs: ids of the refs and actor handles pickled by this thread's current serialize call
-_collector = threading.local()
-
-
-def collect_refs() -> list | None:
-    """Start recording pickled refs (in this thread); returns what to hand to `collected`."""
-    outer = getattr(_collector, "refs", None)
-    _collector.refs = []
-    return outer
-
-
-def collected(outer: list | None) -> tuple[int, ...]:
-    """Stop recording; the distinct ids pickled since `collect_refs`."""
-    refs, _collector.refs = _collector.refs, outer
-    return tuple(dict.fromkeys(refs))
-
-
-def record(object_id: int) -> bool:
-    """Note a ref (or actor handle) being pickled; False when no raylite serializer is running,
-    and the caller must pin what it refers to instead."""
-    refs = getattr(_collector, "refs", None)
-    if refs is None:
-        return False
-    refs.append(object_id)
-    return True
 
 
 def _borrowed(object_id: int) -> ObjectRef:
@@ -143,7 +118,7 @@ class ObjectRef(metaclass=BackendType):
         return hash(self.id)
 
     def __reduce__(self):
-        if not record(self.id) and process.client is not None:   # nobody can follow this copy: keep it
+        if not refs.record(self.id) and process.client is not None:   # nobody can follow this copy: keep it
             process.client.pin(self.id)
         return (_borrowed, (self.id,))
 
@@ -180,3 +155,6 @@ class ObjectRef(metaclass=BackendType):
         """`await ref` inside async actors and coroutines, as in Ray."""
         import asyncio
         return asyncio.wrap_future(self.future()).__await__()
+
+
+refs.ref_type = ObjectRef

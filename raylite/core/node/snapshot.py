@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 
-from raylite.core.api.startup import NODE_IP
 from raylite.core.envs import runtime_env
 from raylite.core.node import events
+from raylite.core.wire.ids import NODE_IP
 from raylite.core.wire.resources import from_fixed
 
 _TASK_TYPES = {"task": "NORMAL_TASK", "actor_create": "ACTOR_CREATION_TASK", "actor_call": "ACTOR_TASK"}

@@ -129,7 +129,7 @@ class WorkerLifecycle:
         self.zygote_restarted = True
         self.zygote_since = time.time()   # workers launched before lost their zygote (_worker_gone)
         self.zygote.close(0)   # (reaps it)
-        self.zygote = Zygote(self.session)
+        self.zygote = Zygote(self.zygote.imports, self.session)
         self.zygote.wait_ready()
         why = f"raylite's worker factory (the zygote process, pid {died}) died; restarted it (pid {self.zygote.pid})"
         self.cluster_events.add("ERROR", "RAYLET", why)

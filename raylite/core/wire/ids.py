@@ -4,11 +4,13 @@ compare, hash, and give it back with ``.hex()`` / ``.binary()``.
 
 raylite's ids are shorter than Ray's (the local runtime needs fewer bytes to tell its tasks and
 actors apart), so ``from_hex`` takes any whole number of bytes; ``size()``, ``nil()`` and
-``from_random()`` use Ray's sizes.
+``from_random()`` use Ray's sizes. Also the node's address, a value every layer may name.
 """
 from __future__ import annotations
 
 import os
+
+NODE_IP = "127.0.0.1"   # the one node's address: nothing listens beyond loopback
 
 
 class BaseID:

@@ -306,19 +306,6 @@ class NodeResources:
             raise ValueError(f"unknown resource {name!r}")
         self._free[name] += int(delta_units)
 
-    def blocking(self, request: Mapping[str, int]) -> list[str]:
-        """Names of the resources that keep the request from starting right now."""
-        short = []
-        for name, units in request.items():
-            if units <= 0:
-                continue
-            if name in ACCELERATOR_RESOURCES:
-                if self._pick_devices(name, units) is None:
-                    short.append(name)
-            elif self._free.get(name, 0) < units:
-                short.append(name)
-        return short
-
     def describe(self, request: Mapping[str, int]) -> str:
         """Human text such as '{CPU: 1, GPU: 0.5, memory: 2.0 GiB}' for error and pending messages."""
         return "{" + ", ".join(f"{k}: {format_bytes(v // SCALE) if k in BYTE_RESOURCES else format_units(v)}"

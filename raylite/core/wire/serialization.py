@@ -16,7 +16,7 @@ import pickle
 import sys
 import types
 
-from raylite.core.client import objects
+from raylite.core.wire import refs as _refs
 from raylite.core.wire import segments
 from raylite.core.wire.protocol import ArgRef
 from raylite.core.wire.segments import mappings, write_segment
@@ -138,7 +138,7 @@ def dumps_args(args: tuple, kwargs: dict, shm_prefix: str | None) -> tuple[Seria
     which right after user code evicted the caches costs ~20 us each."""
     if not args and not kwargs:
         return _NO_ARGS, ()
-    ref = objects.ObjectRef
+    ref = _refs.ref_type
     plain = all(type(a) in _SIMPLE or type(a) is ref for a in args) and all(
         type(v) in _SIMPLE or type(v) is ref for v in kwargs.values())
     deps = tuple(v.id for v in (*args, *kwargs.values()) if type(v) is ref)
@@ -188,14 +188,14 @@ def dumps(value, shm_prefix: str | None, is_error: bool = False) -> Serialized:
         return False
 
     out = io.BytesIO()
-    outer = objects.collect_refs()
+    outer = _refs.collect()
     try:
         _pickler()(out, protocol=5, buffer_callback=callback).dump(value)
     except BaseException:   # nothing of a value that failed half-way stays in /dev/shm
         segments.discard([b for b in buffers if isinstance(b, tuple)], staged)
         raise
     finally:
-        refs = objects.collected(outer)
+        refs = _refs.collected(outer)
     segments.publish(staged)
     return Serialized(out.getvalue(), tuple(buffers), is_error, refs)
 

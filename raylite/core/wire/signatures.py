@@ -3,7 +3,9 @@ missing or extra argument is a TypeError in the caller instead of a failed task 
 
 A signature is boiled down once (when the function or class is decorated) to a small plain tuple,
 which travels inside actor handles. A call without keyword arguments then costs two integer
-comparisons; the full check runs only for keyword arguments or a call that looks wrong.
+comparisons; the full check runs only for keyword arguments or a call that looks wrong. Also
+what a definition is (a coroutine, a generator, an async actor class), for the driver and the
+worker alike.
 """
 from __future__ import annotations
 
@@ -66,3 +68,27 @@ def _problem(shape: tuple, args: tuple, kwargs: dict) -> str | None:
     missing = [n.lstrip("/") for n in names[len(args):required] if n.startswith("/") or n not in kwargs]
     missing += [n for n in required_keyword_only if n not in kwargs]
     return f"missing a required argument: {missing[0]!r}" if missing else None
+
+
+# what a definition is, from its code flags: CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERATOR
+_GENERATOR_FLAGS, _ASYNC_FLAGS = 0x20 | 0x200, 0x80 | 0x200
+
+
+def _code_flags(fn) -> int:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code.co_flags if code is not None else 0
+
+
+def is_coroutine_function(fn) -> bool:
+    return bool(_code_flags(fn) & 0x80)
+
+
+def has_async_methods(cls) -> bool:
+    """Whether an actor class is async (any async def or async generator method): its calls then
+    share one event loop, in the driver's spec and in the worker alike."""
+    return any(_code_flags(getattr(cls, name, None)) & _ASYNC_FLAGS for name in dir(cls))
+
+
+def default_returns(fn):
+    """Ray streams what a generator function yields unless told otherwise."""
+    return "streaming" if _code_flags(fn) & _GENERATOR_FLAGS else 1

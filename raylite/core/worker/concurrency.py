@@ -15,7 +15,9 @@ from __future__ import annotations
 import inspect
 import threading
 
-from raylite.core.api.submission import ASYNC_DEFAULT_CONCURRENCY, has_async_methods
+from raylite.core.wire.signatures import has_async_methods
+
+ASYNC_DEFAULT_CONCURRENCY = 1000   # calls at once on an async actor unless told otherwise, as in Ray
 
 
 def runner_for(executor, max_concurrency: int, groups: dict[str, int]):

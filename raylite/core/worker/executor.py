@@ -11,9 +11,9 @@ import traceback
 import types
 
 from raylite import exceptions
-from raylite.core.api import remote
 from raylite.core.client import context, objects, streams
 from raylite.core.wire import serialization
+from raylite.core.wire.signatures import is_coroutine_function
 from raylite.core.wire.protocol import ACTOR_REPR, DONE, EXIT_ACTOR, INTERRUPT_MISSED, ITEM, METRICS, TaskSpec
 from raylite.core.worker import concurrency
 from raylite.core.worker.client import WorkerClient
@@ -255,7 +255,7 @@ class Executor:
         elif spec.kind == "actor_create":
             cls = self.functions[spec.fn_id]
             try:
-                if remote.is_coroutine_function(getattr(cls, "__init__", None)):   # Ray awaits an async
+                if is_coroutine_function(getattr(cls, "__init__", None)):   # Ray awaits an async
                     self.actor = cls.__new__(cls)                           # constructor, on the actor's loop
                     self.calls = concurrency.runner_for(self, spec.max_concurrency, spec.concurrency_groups or {})
                     self.calls.run_until_done(cls.__init__(self.actor, *args, **kwargs))

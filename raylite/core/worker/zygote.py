@@ -54,9 +54,12 @@ def preload_names(explicit: str, auto: str, modules) -> str:
 class Zygote:
     """Driver-side handle: start the zygote and ask it for workers."""
 
-    def __init__(self, session: str | None = None):
+    def __init__(self, imports: tuple[str, ...], session: str | None = None):
+        """``imports``: the modules it imports before saying ready, for every worker (the API that
+        tasks call through, named by the layer above: this one never imports it)."""
         # names the shm segments and log directory; a restarted zygote keeps its session's (see Node)
         self.session = session or f"{os.getpid()}-{os.urandom(4).hex()}"
+        self.imports = tuple(imports)
         self.ready = False
         env = dict(os.environ)
         preload = preload_names(env.get(PRELOAD_ENV, ""), env.get(AUTO_PRELOAD_ENV, ""), sys.modules)
@@ -79,7 +82,8 @@ class Zygote:
         safe_path = ["-P"] if sys.version_info >= (3, 11) else []
         try:   # posix_spawn: no fork of this (threaded) process, and cheaper than subprocess
             self.pid = os.posix_spawn(
-                sys.executable, [sys.executable, *safe_path, "-c", _MAIN, str(child.fileno()), self.session],
+                sys.executable, [sys.executable, *safe_path, "-c", _MAIN, str(child.fileno()), self.session,
+                                 ",".join(self.imports)],
                 env, setsid=True, file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
         finally:
             child.close()
@@ -102,7 +106,7 @@ class Zygote:
         if pid == 0:
             self.sock.close()
             os.close(go_w)
-            _become_zygote(child.detach(), self.session, env, go_r)
+            _become_zygote(child.detach(), self.session, self.imports, env, go_r)
         os.close(go_r)
         from raylite.core.worker.zygote_fork import threads
         if threads() != 1:
@@ -161,7 +165,7 @@ class Zygote:
             time.sleep(0.002)
 
 
-def _become_zygote(fd: int, session: str, env: dict, go_r: int) -> None:
+def _become_zygote(fd: int, session: str, imports: tuple[str, ...], env: dict, go_r: int) -> None:
     """In the driver's forked child: once the driver says go, become what ``python -c _MAIN``
     starts (raylite.core.worker.zygote_fork.become_child), then serve; never return to the driver's code."""
     code = 1
@@ -174,7 +178,7 @@ def _become_zygote(fd: int, session: str, env: dict, go_r: int) -> None:
         become_child(fd, env)
         import socket
         with socket.socket(fileno=fd) as driver:
-            _serve(driver, session)
+            _serve(driver, session, imports)
         code = 0
     except BaseException:   # noqa: BLE001 - said, then the process ends; never the driver's code
         import traceback
@@ -190,12 +194,14 @@ def _set_parent_death_signal(libc) -> None:
         pass
 
 
-def _serve(sock, session: str) -> None:
+def _serve(sock, session: str, imports: tuple[str, ...]) -> None:
+    import importlib
     import pickle
     import socket
 
-    # preload what every worker needs, and the API that tasks calling ray.* use
-    from raylite.core.api import runtime as api  # noqa: F401
+    # preload what every worker needs, and what the driver named (the API that tasks calling ray.* use)
+    for name in imports:
+        importlib.import_module(name)
     from raylite.core.envs import runtime_env
     from raylite.core.hardware import machine
     from raylite.core.wire import segments, serialization
@@ -407,11 +413,11 @@ def _parent(pid: int) -> int | None:
 
 
 def main() -> None:
-    """`python -c _MAIN <socket fd> <session>`: -c, not -m, whose runpy and importlib.util cost
-    the zygote's start (on the first task's path) 5 ms more here."""
+    """`python -c _MAIN <socket fd> <session> <imports, comma-separated>`: -c, not -m, whose runpy
+    and importlib.util cost the zygote's start (on the first task's path) 5 ms more here."""
     import socket
     with socket.socket(fileno=int(sys.argv[1])) as driver:
-        _serve(driver, sys.argv[2])
+        _serve(driver, sys.argv[2], tuple(n for n in sys.argv[3].split(",") if n))
 
 
 _MAIN = "from raylite.core.worker.zygote import main; main()"
