@@ -432,8 +432,11 @@ def run_ray_lightning(data: dict, steps: int = 1000, batch_size: int = 32, lr: f
             return RayStrategy(num_workers=num_workers, num_cpus_per_worker=per_worker,
                                init_hook=_quiet_lightning)
 
-        result, _trainer = _lightning_run("ray-lightning", data, steps, batch_size, lr, seed, strategy())
-        result.note = f"{num_workers} workers, cold (incl. their start)"
+        result, trainer = _lightning_run("ray-lightning", data, steps, batch_size, lr, seed, strategy())
+        # when the first step ran: the workers' start, imports, process group and Lightning's setup
+        first = trainer.strategy.worker_results.get("phases", {}).get("first_step")
+        started = f", first step after {first:.2f} s" if first is not None else ""
+        result.note = f"{num_workers} workers, cold (incl. their start{started})"
         if warm_refit:   # the same job again: the workers are warm now
             t0 = time.perf_counter()
             _lightning_run("ray-lightning", data, steps, batch_size, lr, seed, strategy())

@@ -12,8 +12,8 @@
   takes strategies only as ``strategy=``: ``plugins=[RayPlugin(...)]`` becomes ``strategy=RayPlugin(...)``.
 * ``release_workers()``: stop the worker groups kept warm between fits.
 * ``init_with_preload(**init_kwargs)``: ``ray.init`` whose worker processes start with torch and
-  Lightning already imported (raylite's ``RAYLITE_PRELOAD``); RayStrategy uses it when it has to
-  start the runtime itself.
+  Lightning already imported (raylite's ``RAYLITE_PRELOAD``; after the driver's own imports its
+  zygote is the driver's fork); RayStrategy uses it when it has to start the runtime itself.
 
 Horovod's ``HorovodRayPlugin`` is not provided: Lightning 2.0 removed Horovod support.
 

@@ -1,6 +1,6 @@
 """Which Lightning flavour, and starting raylite with it preloaded. Imports no Lightning itself, so
 ``init_with_preload`` can run before the driver imports torch or Lightning (then the zygote imports
-them while the driver does, instead of after)."""
+them while the driver does) as well as after (then the zygote is the driver's fork)."""
 from __future__ import annotations
 
 import importlib.util
@@ -38,11 +38,13 @@ def preload_modules() -> list[str]:
 
 
 def init_with_preload(**init_kwargs):
-    """``ray.init(**init_kwargs)`` with raylite's zygote importing torch and Lightning once
-    (``RAYLITE_PRELOAD``), so worker actors start with them instead of each importing them.
+    """``ray.init(**init_kwargs)`` whose zygote has torch and Lightning loaded (``RAYLITE_PRELOAD``),
+    so worker actors start with them instead of each importing them for seconds.
 
-    Call it early (before your own ``import pytorch_lightning``) and the zygote's import overlaps
-    the driver's. The variable is set only for this ``init``: the zygote reads it when it starts.
+    Called after the driver imported them (the usual order), the zygote is the driver's fork and
+    has them at once (``RAYLITE_ZYGOTE_FORK=0``, or a driver that is unsafe to fork, e.g. one
+    running threads or with CUDA initialised: it imports them itself, in the background). Called
+    before, the zygote's import overlaps the driver's. The variable is set only for this ``init``.
     """
     import raylite as ray
     prev = os.environ.get(PRELOAD_ENV)

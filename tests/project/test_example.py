@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -170,7 +171,7 @@ def test_ray_lightning_mode_learns(wq, data, one_thread):
     res = wq.run_ray_lightning(data, steps=STEPS, num_cpus=2, num_workers=2, warm_refit=False)
     assert res.mode == "ray-lightning"
     _check_trained(wq, data, res)          # rank 0's losses came back with the weights
-    assert "2 workers" in res.note
+    assert "2 workers" in res.note and re.search(r"first step after \d+\.\d\d s", res.note)   # where cold time went
     assert not ray.is_initialized()        # it shut down the runtime it started
 
 
