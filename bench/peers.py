@@ -3,6 +3,7 @@
     python bench/peers.py                       # every peer that is installed (the bench extra)
     python bench/peers.py --peers raylite,mp    # some of them
     python bench/peers.py --quick               # a smoke run: tiny counts, a 1 MB array, one round
+    python bench/peers.py --only putget         # some figures (start + first result always)
 
 Peers: raylite, ray, cf (concurrent.futures.ProcessPoolExecutor), mp (multiprocessing.Pool), loky
 and dask (distributed.LocalCluster), 2 worker processes each. Each runs in a fresh child process
@@ -39,6 +40,7 @@ FIGURES = [
     ("putget_vs_copy", "put + get vs the copy", "x", True),
 ]
 WORKERS = 2
+GROUPS = ("sync", "batch", "actor", "array", "putget")   # --only: start + first result is always measured
 ROUND_CAP_S = 3.0   # the most one 'result each' round runs
 FIGURE_BUDGET_S = 30.0   # no batch round starts after this
 
@@ -221,6 +223,8 @@ def child(name, outfile, args):
         out.flush()
 
     def figure(keys, fn):
+        if args.only and fn.__name__ not in args.only:
+            return
         try:
             fn()
         except Exception as e:   # one failing figure must not stop the others
@@ -317,8 +321,10 @@ def pipe_round_trips(n, rounds):
 # ---------------------------------------------------------------- parent side
 def run_child(name, args):
     """One peer in a fresh process in its own session (what it leaves running is killed)."""
-    return children.run_child(__file__, name, ["--rounds", args.rounds, "--batch", args.batch, "--sync", args.sync,
-                                               "--array-mb", args.array_mb], [k for k, *_ in FIGURES],
+    extra = ["--rounds", args.rounds, "--batch", args.batch, "--sync", args.sync, "--array-mb", args.array_mb]
+    if args.only:
+        extra += ["--only", ",".join(args.only)]
+    return children.run_child(__file__, name, extra, [k for k, *_ in FIGURES],
                               args.timeout, args.verbose)
 
 
@@ -392,6 +398,8 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: defaults of 1 round, 200 batched and 50 'each' calls, a 1 MB array")
     ap.add_argument("--timeout", type=float, default=600, help="limit per peer, in seconds (default 600)")
+    ap.add_argument("--only", help=f"comma-separated figure groups to measure, of {','.join(GROUPS)} "
+                                   "(default: all; start + first result always)")
     ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     ap.add_argument("-v", "--verbose", action="store_true", help="show the children's output")
     ap.add_argument("--_child", nargs=2, metavar=("PEER", "OUTFILE"), help=argparse.SUPPRESS)
@@ -404,6 +412,11 @@ def main():
             ap.error(f"--{field} must be at least 1, got {getattr(args, field)}")
     if args.array_mb <= 0:
         ap.error(f"--array-mb must be positive, got {args.array_mb:g}")
+    args.only = [g.strip() for g in args.only.split(",") if g.strip()] if args.only else None
+    bad = [g for g in args.only or () if g not in GROUPS]
+    if bad or args.only == []:
+        ap.error(f"--only: unknown figure group(s) {', '.join(map(repr, bad)) or 'none given'}; "
+                 f"expected some of {', '.join(GROUPS)}")
     if args._child:
         return child(*args._child, args)
     if args.peers is None:

@@ -34,8 +34,18 @@ def test_quick_run_measures_every_figure(tmp_path):
     assert "error" not in table and "raw pipe round trip" in table
 
 
+def test_only_measures_the_groups_named(tmp_path):
+    out = tmp_path / "figures.json"
+    done = run_bench("--quick", "--peers", "raylite", "--array-mb", "0.1", "--only", "putget", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    raylite = json.loads(out.read_text())["results"]["raylite"]
+    assert set(raylite) == {"start_s", "putget_gbps", "copy_gbps", "putget_vs_copy"}, raylite
+    assert all(isinstance(v, float) and v > 0 for v in raylite.values())
+
+
 @pytest.mark.parametrize("args, message", [(["--peers", "raylite,nope"], "unknown peer(s) 'nope'"),
-                                           (["--rounds", "0"], "--rounds must be at least 1, got 0")])
+                                           (["--rounds", "0"], "--rounds must be at least 1, got 0"),
+                                           (["--only", "putget,nope"], "unknown figure group(s) 'nope'")])
 def test_bad_flags_are_refused_before_measuring(args, message):
     done = run_bench(*args, timeout=60)
     assert done.returncode == 2 and message in done.stderr
