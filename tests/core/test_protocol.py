@@ -82,7 +82,24 @@ def test_spin_on_stops_when_threads_wait_for_a_cpu(monkeypatch):
     monkeypatch.setattr(protocol, "_CPUS", 1 << 20)
     assert spin_on(deadline) is True    # the count includes the caller: at least 1 runnable
     monkeypatch.setattr(protocol, "_CPUS", 0)
+    monkeypatch.setattr(protocol, "_free_until", 0.0)   # the last reading's window, over
     assert spin_on(deadline) is False
+
+
+def test_spin_on_reads_the_load_once_per_window(monkeypatch):
+    """A poll loop reads /proc/loadavg at most every LOADAVG_EVERY_S, not on each poll: the read
+    and its parse were most of a poll's cost."""
+    if protocol._LOADAVG is None:
+        pytest.skip("no /proc/loadavg here: raylite never polls")
+    reads = []
+    real_pread = os.pread
+    monkeypatch.setattr(protocol.os, "pread", lambda *a: reads.append(1) or real_pread(*a))
+    monkeypatch.setattr(protocol, "_CPUS", 1 << 20)
+    monkeypatch.setattr(protocol, "_free_until", 0.0)
+    monkeypatch.setattr(protocol, "LOADAVG_EVERY_S", 60.0)
+    deadline = time.perf_counter() + 60
+    assert all(spin_on(deadline) for _ in range(100))
+    assert len(reads) == 1
 
 
 def test_spin_window_comes_from_the_environment():
@@ -137,6 +154,12 @@ def test_a_worker_polls_as_long_as_its_last_wait(monkeypatch):
             spins.append(spin)
             time.sleep(0.005)
             return ("exit",)
+
+        def has_message(self):
+            return False
+
+        def flush_deferred(self):
+            pass
 
     client.chan = FakeChannel()
     monkeypatch.setattr(worker_client.threading, "active_count", lambda: 1)

@@ -57,15 +57,15 @@ class Cancellation:
                 if next(iter(actor.inflight)) == spec.task_id:   # a one-at-a-time actor runs it now:
                     self._signal(actor.worker, signal.SIGUSR1)   # its is_canceled() turns true
             return
-        w = next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
+        w = next((w for w in self.workers.values() if w.task is spec or spec in w.ahead), None)
         if w is None:   # still waiting for its arguments
             return self._finish(spec, error)
         if w.index in self.held:   # not sent to its starting worker yet
             _, alloc = self._unhold(w)
             alloc.pool.release(alloc)
             return self._finish(spec, error)
-        if w.next is spec:
-            return self._recall(w)
+        if w.task is not spec:   # sent ahead: asked back (if it has started, it ends cancelled)
+            return self._recall(w, spec)
         if force:
             w.exit_cause = ("INTENDED_USER_EXIT", f"ray.cancel(force=True) of {spec.name} killed it")
         self._signal(w, signal.SIGKILL if force else signal.SIGINT)

@@ -137,7 +137,7 @@ class TaskEvents:
         """spec went to worker w. It runs now unless it waits behind w's running task (a tiny task
         sent ahead: it starts, and `sent` is called again, when that one is done); an actor call
         runs when the actor gets to it."""
-        if w.next is spec:
+        if w.ahead and w.ahead[-1] is spec:
             return
         rec = self.live.get(spec.task_id)
         if rec is None:

@@ -37,6 +37,17 @@ class NodeLoop:
             return
         self._run_locked(fn, args)
 
+    def call_waiting(self, fn, *args) -> None:
+        """`call` from a thread that waits for what fn starts anyway (get, wait): when the node
+        thread holds the lock (serving the very result awaited, often), wait for the lock and
+        run fn here rather than queue it, wake the node thread and sleep until it ran fn; that
+        cost a get two thread wake-ups. (Queued as `call` does from inside node code.)"""
+        self.failure.check()
+        if self.stopping or self.inline_thread == threading.get_ident():
+            return self.call(fn, *args)
+        self.lock.acquire()
+        self._run_locked(fn, args)
+
     def _run_locked(self, fn, args: tuple) -> None:
         """`call`'s work in the calling thread, which holds the lock (released here)."""
         first_timer = self.table.timers[0] if self.table.timers else None

@@ -39,14 +39,23 @@ from raylite.core.wire.resources import SCALE, NodeResources, from_fixed
 from raylite.core.wire.serialization import Serialized, error_value
 from raylite.core.worker.zygote import Zygote
 
-PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipelined to busy workers
+PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipelined to busy workers,
+PREFETCH_MAX = 16          # this many at most ahead of each (and no more than this long of work)
 
 
 _GROUP_GONE = object()   # _acquire: the spec's placement group was removed
 
 
-def _queue_key(spec: TaskSpec) -> tuple:
-    return tuple(sorted((spec.schedule_request or spec.request).items())), spec.placement
+def _queue_key(spec: TaskSpec, _known: dict = {}) -> tuple:   # noqa: B006 - the cache, by request dict
+    """The queue a spec waits in: its request and placement. The calls of one remote function
+    share their request dict, so its sorted items are kept per dict (while it lives)."""
+    request = spec.schedule_request or spec.request
+    known = _known.get(id(request))
+    if known is None or known[0] is not request:
+        if len(_known) > 1024:
+            _known.clear()
+        known = _known[id(request)] = (request, tuple(sorted(request.items())))
+    return known[1], spec.placement
 
 
 DEAD_WORKERS_KEPT = 1000   # list_workers shows the last ones that ended, as Ray keeps dead workers
@@ -254,22 +263,32 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
         return None
 
     def _prefetch(self, queue: deque) -> None:
-        """Send a queued tiny task to a worker busy with the same function, so it starts without
-        a round trip through this thread. Resources pass from one task to the next unchanged."""
+        """Send queued tiny tasks ahead to workers busy with the same function, so each starts
+        without a round trip through this thread, and several go in one write. A worker holds up
+        to `_window` of them (a few milliseconds of work, so an idle worker is never left with
+        nothing while another has a long line); they run one at a time on the resources of the
+        task before, which pass on unchanged: no task ahead holds resources of its own."""
         fn_id, request = queue[0].fn_id, queue[0].request
-        if self.fn_time.get(fn_id, 1.0) > PREFETCH_BELOW_S:
+        typical = self.fn_time.get(fn_id, 1.0)
+        if typical > PREFETCH_BELOW_S:
             return
+        window = min(PREFETCH_MAX, max(1, int(PREFETCH_BELOW_S / max(typical, 1e-6))))
         for w in self.workers.values():
             if not queue or queue[0].fn_id != fn_id:
                 return
             t = w.task
-            if (t is None or w.next is not None or w.blocked or w.index in self.held or t.fn_id != fn_id
-                    or t.request != request
-                    or t.runtime_env != queue[0].runtime_env or t.placement != queue[0].placement
-                    or (w.max_calls and w.calls + 2 > w.max_calls)):
+            if (t is None or len(w.ahead) >= window or w.blocked or w.recalling or w.index in self.held
+                    or t.fn_id != fn_id or t.request != request
+                    or t.runtime_env != queue[0].runtime_env or t.placement != queue[0].placement):
                 continue
-            w.next = queue.popleft()
-            self._run_on(w, w.next)
+            room = window - len(w.ahead)
+            if w.max_calls:   # its last call must be one it was sent
+                room = min(room, w.max_calls - w.calls - 1 - len(w.ahead))
+            while room > 0 and queue and queue[0].fn_id == fn_id and queue[0].request == request:
+                spec = queue.popleft()
+                w.ahead.append(spec)
+                self._run_on(w, spec)
+                room -= 1
 
     def _start(self, spec: TaskSpec, alloc) -> None:
         # a worker's environment is fixed at fork: reuse only one with the same devices and threads
@@ -399,16 +418,19 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
             for oid in spec.deps + spec.args.refs:
                 self.table.release(oid)
 
-    def _recall(self, w: WorkerProc) -> None:
-        if not w.recalling:
-            w.recalling = True
-            self._send(w, (P.UNPREFETCH, w.next.task_id))
+    def _recall(self, w: WorkerProc, only: TaskSpec | None = None) -> None:
+        """Ask for the tasks sent ahead to w back (or just `only`), last first: each given back
+        goes to the front of its queue, so they keep their order."""
+        for spec in reversed(w.ahead) if only is None else (only,):
+            if spec.task_id not in w.recalling:
+                w.recalling.add(spec.task_id)
+                self._send(w, (P.UNPREFETCH, spec.task_id))
 
     def _msg_unprefetched(self, w: WorkerProc, task_id: int, found: bool) -> None:
-        w.recalling = False
-        spec = w.next
-        if found and spec is not None and spec.task_id == task_id:
-            w.next = None
+        w.recalling.discard(task_id)
+        spec = next((s for s in w.ahead if s.task_id == task_id), None) if found else None
+        if spec is not None:
+            w.ahead.remove(spec)
             if spec.task_id in self.cancelled:
                 self._finish(spec, [])
             else:
@@ -458,8 +480,8 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
         self.fn_time[spec.fn_id] = 0.8 * self.fn_time.get(spec.fn_id, took) + 0.2 * took
         w.calls += 1
         self._unblock(w)
-        if w.next is not None:   # the prefetched task is already running on the same resources
-            w.task, w.next, w.started = w.next, None, now
+        if w.ahead:   # the next task sent ahead is already running on the same resources
+            w.task, w.started = w.ahead.popleft(), now
             self.task_events.sent(w.task, w)
         else:
             w.alloc.pool.release(w.alloc)
@@ -493,7 +515,7 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
         An actor keeps what it holds, as in Ray (which releases CPUs for blocked tasks only)."""
         if w.actor is not None:
             return self._actor_blocked(w)
-        if w.next is not None:   # it may wait on the task queued behind it
+        if w.ahead:   # it may wait on the tasks queued behind it
             self._recall(w)
         if w.alloc is not None and not w.blocked:
             cpu = w.alloc.resources.get("CPU", 0)

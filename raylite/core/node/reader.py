@@ -60,8 +60,9 @@ class ProducerReading:
             pass   # the task moved to another worker: read that one
 
     def _read_producer_once(self, waiter, ids) -> bool:
-        if waiter.done or not self.lock.acquire(False):
+        if waiter.done:
             return False
+        self.lock.acquire()   # (held by the node thread: briefly, and this thread would wait anyway)
         try:
             reader = self._borrow(waiter, ids)
         finally:
@@ -143,7 +144,7 @@ class ProducerReading:
         if spec.kind == "actor_call":
             actor = self.actors.get(spec.actor_id)
             return actor.worker if actor is not None and actor.state == "ALIVE" else None
-        return next((w for w in self.workers.values() if w.task is spec or w.next is spec), None)
+        return next((w for w in self.workers.values() if w.task is spec or spec in w.ahead), None)
 
     def _time_left(self, w) -> float | None:
         """How long the task w runs has still to go, going by its function's usual run time

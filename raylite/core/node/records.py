@@ -1,6 +1,9 @@
 """Records the node manager keeps: worker processes, actors, object entries and waiters."""
 from __future__ import annotations
 
+import mmap
+import os
+import struct
 import time
 from collections import deque
 
@@ -11,8 +14,8 @@ class WorkerProc:
     """A worker process as the driver sees it."""
 
     __slots__ = ("index", "chan", "key", "out_fd", "err_fd", "pid", "task", "alloc", "actor", "name",
-                 "calls", "max_calls", "blocked", "functions", "signal_on_hello", "partial", "next", "started",
-                 "recalling", "retiring", "early_output", "exit_cause", "launched")
+                 "calls", "max_calls", "blocked", "functions", "signal_on_hello", "partial", "ahead", "started",
+                 "recalling", "retiring", "early_output", "exit_cause", "launched", "progress")
 
     def __init__(self, index: int, chan: Channel, key: tuple, out_fd: int, err_fd: int):
         self.index, self.chan, self.key = index, chan, key
@@ -28,13 +31,59 @@ class WorkerProc:
         self.functions: set[str] = set()      # function ids already sent to it
         self.signal_on_hello = 0   # a signal asked for before the worker's pid was known
         self.partial: dict[int, bytes] = {}   # unfinished output line per pipe
-        self.next: TaskSpec | None = None     # a tiny task sent ahead, run when `task` is done
+        self.ahead: deque[TaskSpec] = deque()   # tiny tasks sent ahead, run in turn once `task` is done
         self.started = 0.0                    # when `task` was sent
-        self.recalling = False                # asked for `next` back (it blocked in get)
+        self.recalling: set[int] = set()      # ids of those asked back (it blocked in get), not answered yet
         self.retiring = False                 # told to exit: its end is no crash
         self.early_output: list = []          # (stream, lines) it wrote before its pid was known
         self.exit_cause: tuple | None = None  # (Ray's exit type, detail) once its end was asked for
         self.launched = time.time()
+        self.progress: Progress | None = None   # how many tasks it has begun, shared with it
+
+
+class Progress:
+    """A counter of the tasks a worker has begun, in memory the worker shares (a memfd): the
+    worker holds results back to send several in one write (protocol.Channel.defer), so when it
+    dies the node cannot tell from the results it got how far it went through the tasks sent
+    ahead; this says which began (retried or failed, as a crash) and which never did (queued
+    again as they were). Without memfd (not Linux) there is none, and workers hold nothing back."""
+
+    __slots__ = ("fd", "mm")
+
+    def __init__(self, fd: int, mm):
+        self.fd, self.mm = fd, mm
+
+    @classmethod
+    def create(cls) -> Progress | None:
+        if not hasattr(os, "memfd_create"):
+            return None
+        fd = os.memfd_create("raylite-progress", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, 8)
+            return cls(fd, mmap.mmap(fd, 8))
+        except OSError:
+            os.close(fd)
+            raise
+
+    def handed_over(self) -> None:
+        """The worker has its own descriptor now (or none came to be): the mapping stays."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def begun(self) -> int:
+        return struct.unpack_from("Q", self.mm)[0] if not self.mm.closed else 0
+
+    def close(self) -> None:
+        self.handed_over()
+        self.mm.close()
+
+
+def progress_counter(fd: int) -> memoryview:
+    """The worker's side of its Progress: [0] += 1 as each task begins."""
+    mm = mmap.mmap(fd, 8)
+    os.close(fd)
+    return memoryview(mm).cast("Q")
 
 
 class Actor:

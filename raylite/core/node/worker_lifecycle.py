@@ -10,11 +10,12 @@ import signal
 import socket
 import sys
 import time
+from collections import deque
 
 from raylite import exceptions
 from raylite.core.envs import runtime_env
 from raylite.core.hardware import accelerators
-from raylite.core.node.records import WorkerProc
+from raylite.core.node.records import Progress, WorkerProc
 from raylite.core.wire import protocol as P
 from raylite.core.wire import segments
 from raylite.core.wire.protocol import Channel
@@ -78,6 +79,7 @@ class WorkerLifecycle:
             opened += [out_r, out_w]
             err_r, err_w = os.pipe()
             opened += [err_r, err_w]
+            progress = Progress.create()
         except OSError:
             for end in opened:
                 if isinstance(end, socket.socket):
@@ -96,18 +98,23 @@ class WorkerLifecycle:
                   "site_dirs": runtime_env.site_dirs(env),
                   "totals": self.res.total, "device_ids": self.res.device_ids, "restarted": restarted}
         try:
-            self._fork(config, [theirs.fileno(), out_w, err_w])
+            self._fork(config, [theirs.fileno(), out_w, err_w] + ([progress.fd] if progress else []))
         except OSError:
             ours.close()
             os.close(out_r)
             os.close(err_r)
+            if progress:
+                progress.close()
             raise
         finally:
             theirs.close()
             os.close(out_w)
             os.close(err_w)
+            if progress:
+                progress.handed_over()
         ours.setblocking(False)
         w = WorkerProc(index, Channel(ours), key, out_r, err_r)
+        w.progress = progress
         self.workers[index] = w
         self.sel.register(ours, selectors.EVENT_READ, lambda ev, w=w: self._on_worker(w, ev))
         for fd, stream in ((out_r, "stdout"), (err_r, "stderr")):
@@ -192,17 +199,28 @@ class WorkerLifecycle:
         pool = self.idle.get(w.key)
         if pool and w in pool:
             pool.remove(w)
+        begun = w.progress.begun() - w.calls if w.progress else 1   # of the tasks it has (see Progress)
+        if w.progress:
+            w.progress.close()
         if w.actor is not None:
             self.blocked_actors.discard(w.index)
             return self._actor_gone(w.actor)
-        if w.next is not None:
-            self._requeue(w.next)
-            w.next = None
         spec, w.task = w.task, None
+        ahead, w.ahead = list(w.ahead), deque()
+        for later in reversed(ahead[max(0, begun - 1):]):   # never begun: to the front of their queue, in order
+            if later.task_id in self.cancelled:
+                self._finish(later, [])
+            else:
+                self._requeue(later)
         if spec is None:
             return
         self._unblock(w)
         w.alloc.pool.release(w.alloc)
+        for ran in [spec] + ahead[:max(0, begun - 1)]:   # the one it ran, and any whose result it held back
+            self._crashed(w, ran, oom)
+
+    def _crashed(self, w: WorkerProc, spec, oom: bool) -> None:
+        """A task whose worker died: it ran there (perhaps it ended it), so it is retried, or fails."""
         if spec.task_id in self.cancelled:
             self._finish(spec, error_value(exceptions.TaskCancelledError(f"task {spec.name} was cancelled")))
         elif spec.placement is not None and self.groups.pools_for(spec.placement) == []:

@@ -171,15 +171,27 @@ def encode(msg) -> bytes:
 def spin_on(deadline: float) -> bool:
     """Yield the CPU once; whether a poll loop may go on polling: not past its deadline, and no
     runnable thread waits for a CPU (a poller would slow it down, and keep the kernel from moving
-    it to the poller's CPU)."""
+    it to the poller's CPU). That is read from /proc/loadavg at most every LOADAVG_EVERY_S (a read
+    is a system call and a parse: most of a poll's cost)."""
     os.sched_yield()
-    if time.perf_counter() >= deadline or _LOADAVG is None:
+    now = time.perf_counter()
+    if now >= deadline or _LOADAVG is None:
         return False
+    global _free_until
+    if now < _free_until:
+        return True
     try:   # "1.00 0.50 0.25 3/120 4567": 3 runnable now, this one included
         running = int(os.pread(_LOADAVG, 64, 0).split()[3].split(b"/")[0])
     except (OSError, ValueError, IndexError):
         return False
-    return running <= _CPUS
+    if running > _CPUS:
+        return False
+    _free_until = now + LOADAVG_EVERY_S
+    return True
+
+
+LOADAVG_EVERY_S = 50e-6
+_free_until = 0.0   # spin_on read a free CPU this recently
 
 
 def poll_spinning(poller, seconds: float) -> list:
@@ -271,6 +283,7 @@ class Channel:
         self.rbuf = bytearray()
         self.wbuf = bytearray()
         self.watch_write = False   # the node's selector watches it for writing (wbuf was left over)
+        self.deferred = bytearray()   # the blocking side's messages held back (see defer)
         self.poller = None         # the blocking side's, for polling before it sleeps (see SPIN_S)
 
     def fileno(self) -> int:
@@ -278,7 +291,25 @@ class Channel:
 
     # --- blocking side (workers) ---
     def send(self, msg) -> None:
-        self.sock.sendall(encode(msg))
+        """Send msg, after what was deferred (in order)."""
+        if self.deferred:
+            self.deferred += encode(msg)
+            self.flush_deferred()
+        else:
+            self.sock.sendall(encode(msg))
+
+    def defer(self, msg) -> None:
+        """Queue msg to go out with the next send or flush_deferred (several results, one write)."""
+        self.deferred += encode(msg)
+
+    def flush_deferred(self) -> None:
+        if self.deferred:
+            data, self.deferred = self.deferred, bytearray()
+            self.sock.sendall(data)
+
+    def has_message(self) -> bool:
+        """Whether a whole message is already read and waits in the buffer."""
+        return len(self.rbuf) >= 4 and len(self.rbuf) >= 4 + _HEADER.unpack_from(self.rbuf)[0]
 
     def recv(self, spin: float = 0.0):
         """Next message, or None at end of stream. With `spin`, poll that many seconds before

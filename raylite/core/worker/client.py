@@ -17,6 +17,10 @@ from raylite.core.wire.protocol import (CANCEL, CREATE_NAMED, GET, GET_ACTOR, GR
 from raylite.core.wire.resources import NodeResources
 
 
+HOLD_MAX = 64        # results held back at most (see WorkerClient.send_result)
+HOLD_MAX_S = 0.002   # and for at most this long
+
+
 class WorkerClient:
     """The runtime as seen from inside a worker: requests over the control socket."""
 
@@ -31,17 +35,52 @@ class WorkerClient:
         self.req_ids = itertools.count(1)
         self.replies: dict[int, _Reply] | None = None   # set once calls run concurrently
         self.last_wait: float | None = None   # how long the last wait for a message took (s)
+        self.held = 0              # results held back (see send_result), since held_since
+        self.held_since = 0.0
 
     # -- plumbing --
     def send(self, msg) -> None:
         with self.lock:
             self._flush_refops()
             self.chan.send(msg)
+            self.held = 0
 
     def _flush_refops(self) -> None:
         if self.refops:
             ops, self.refops = self.refops, []
             self.chan.send((REFS, ops))
+
+    def send_result(self, msg, defer: bool) -> None:
+        """A task's DONE, or with `defer` (another short task is here already to run next) held
+        back to go out with the next ones in one write: up to HOLD_MAX of them, for up to
+        HOLD_MAX_S. Whatever this worker sends next, or waiting for its next message, sends
+        them first (Channel.send), so a single task's result never waits."""
+        with self.lock:
+            if self.refops:
+                ops, self.refops = self.refops, []
+                self.chan.defer((REFS, ops))
+            now = time.perf_counter()
+            if not self.held:
+                self.held_since = now
+            if defer and self.held < HOLD_MAX and now - self.held_since < HOLD_MAX_S:
+                self.chan.defer(msg)
+                self.held += 1
+            else:
+                self.chan.send(msg)
+                self.held = 0
+
+    def flush(self) -> None:
+        """Send what is held back (before this process ends)."""
+        with self.lock:
+            self._flush_refops()
+            self.chan.flush_deferred()
+            self.held = 0
+
+    def peek(self):
+        """The next message from the node if it is here already (read, not taken), else None."""
+        if not self.inbox and self.chan.has_message():
+            self.inbox.append(incoming(self.chan.recv()))
+        return self.inbox[0] if self.inbox else None
 
     def request(self, msg_kind: str, *args):
         reply = None if self.replies is None else _Reply()   # concurrent calls: the main loop reads, each waits
@@ -78,8 +117,9 @@ class WorkerClient:
     def next_message(self):
         if self.inbox:
             return self.inbox.popleft()
-        with self.lock:
-            self._flush_refops()
+        if self.chan.has_message():
+            return incoming(self.chan.recv())
+        self.flush()
         # a single-threaded worker waits for its next task polling first, for as long as its last
         # wait suggests (see protocol.spin_for); with more threads, the polling one would compete
         # for the GIL

@@ -7,6 +7,7 @@ import atexit
 import enum
 import os
 import sys
+import time
 import traceback
 import types
 
@@ -14,10 +15,13 @@ from raylite import exceptions
 from raylite.core.client import context, objects, streams
 from raylite.core.wire import serialization
 from raylite.core.wire.signatures import is_coroutine_function
-from raylite.core.wire.protocol import ACTOR_REPR, DONE, EXIT_ACTOR, INTERRUPT_MISSED, ITEM, METRICS, TaskSpec
+from raylite.core.wire.protocol import ACTOR_REPR, DONE, EXIT_ACTOR, INTERRUPT_MISSED, ITEM, METRICS, RUN, TaskSpec
 from raylite.core.worker import concurrency
 from raylite.core.worker.client import WorkerClient
 from raylite.core.worker.results import arg_value, error_result, is_retryable, safe_repr, streamed
+
+
+HOLD_BELOW_S = 0.001   # a result waits for the next task's (see finish) only if that one runs shorter
 
 
 class State(enum.Enum):
@@ -55,8 +59,13 @@ class Executor:
         self.log_start: tuple | None = None   # (task id, stdout's size, stderr's) when that task started
         self.setup_error: str | None = None   # why the runtime_env's setup hook failed in this process
         self.post_mortem = None   # called with a failed call's traceback (worker._post_mortem)
+        self.took: dict[str, float] = {}   # function id -> how long its last call took here (s)
+        self.progress = None      # [0]: tasks begun here, which the node reads if this process dies
+                                  # (raylite.core.workers.Progress); without it no result is held back
 
     def run(self, spec: TaskSpec, fn_bytes: bytes | None, deps: dict, assigned: dict, accel: dict):
+        if self.progress is not None and spec.kind == "task":
+            self.progress[0] += 1
         if self.setup_error is not None:   # nothing runs here: a task fails, an actor dies (as in Ray)
             if spec.kind == "actor_create":
                 self._exit(1, f"RuntimeEnvSetupError: {self.setup_error}")
@@ -124,9 +133,12 @@ class Executor:
             if self.missed_interrupt:   # perhaps meant for this task, which had not started yet: ask
                 self.missed_interrupt = False   # the driver to interrupt it again if so
                 self.client.send((INTERRUPT_MISSED, spec.task_id))
+            began = time.perf_counter()
             value = self._call(spec, deps)
             self._ran(main)
             results = self.pack(spec, value)
+            if spec.kind == "task":
+                self.took[spec.fn_id] = time.perf_counter() - began
         except KeyboardInterrupt:
             self._ran(main)
             results = self.cancelled(spec)
@@ -185,6 +197,7 @@ class Executor:
             self.end_gracefully()
         if why is not None:
             self.client.send((EXIT_ACTOR, why))
+        self.client.flush()   # results held back go first
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -200,8 +213,16 @@ class Executor:
         if start is not None and start[0] == spec.task_id and (sizes := _log_sizes()) is not None:
             # where its output is in the log files (Ray's task_log_info)
             self.client.send((DONE, spec.task_id, wired, retry, (start[1], sizes[0], start[2], sizes[1])))
-        else:
+        elif retry or spec.kind != "task" or results[0].is_error or self.progress is None:
             self.client.send((DONE, spec.task_id, wired, True) if retry else (DONE, spec.task_id, wired))
+        else:   # held back while the next task is here already (see WorkerClient.send_result)
+            self.client.send_result((DONE, spec.task_id, wired), self._next_is_short())
+
+    def _next_is_short(self) -> bool:
+        """Whether the next message is here and is a task whose function ran shortly here before."""
+        nxt = self.client.peek()
+        return (nxt is not None and nxt[0] == RUN and nxt[1].kind == "task"
+                and self.took.get(nxt[1].fn_id, 1.0) < HOLD_BELOW_S)
 
     def _call(self, spec: TaskSpec, deps: dict):
         args, kwargs = self.arguments(spec, deps)

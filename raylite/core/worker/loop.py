@@ -18,6 +18,7 @@ from raylite.core.wire.resources import NodeResources
 from raylite.core.wire.segments import mappings
 from raylite.core.worker.client import WorkerClient
 from raylite.core.worker.executor import Executor, State, report_metrics
+from raylite.core.node.records import progress_counter
 
 
 class Loop:
@@ -108,7 +109,7 @@ def _reset_preloaded(threads: str | None) -> None:
             torch.set_num_threads(int(threads))
 
 
-def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
+def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int, progress_fd: int = -1) -> None:
     """Entry point in a freshly forked worker (called by the zygote)."""
     log_files = config["log_dir"] is not None and _log_to_files(config["log_dir"])
     if not log_files:
@@ -146,6 +147,8 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
         LoggingConfig(**config["logging"])._apply()
     atexit._clear()   # the zygote's handlers: only what this worker registers runs at a graceful end
     executor = Executor(client)
+    if progress_fd >= 0:
+        executor.progress = progress_counter(progress_fd)
     executor.log_files = log_files
     executor.post_mortem = _post_mortem
 
@@ -165,5 +168,6 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int) -> None:
     chan.send((HELLO, os.getpid()))
     executor.setup_error = runtime_env.run_setup_hook(config["runtime_env"])   # once, before any task
     Loop(client, executor).run()
+    client.flush()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -227,7 +227,7 @@ def _serve(sock, session: str, imports: tuple[str, ...]) -> None:
             children.end_orphans()
             continue
         try:
-            data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 3)
+            data, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST, 4)
         except OSError:
             data, fds = b"", []
         if not data:
