@@ -2,20 +2,25 @@
 a worker process's control socket, so the order of messages is the test's, not the machine's."""
 import os
 import pickle
+import select
 import socket
 import subprocess
 import sys
+import time
 
 import cloudpickle
 import pytest
 
 from raylite.core.wire import protocol, serialization
+from raylite.core.node.records import Progress
 from raylite.core.wire.protocol import Channel, TaskSpec, spec_to_wire
 
 pytestmark = pytest.mark.local_only
 
 _START = ("import pickle, sys; from raylite.core.worker import loop as worker; "
           "worker.run(pickle.loads(bytes.fromhex(sys.argv[1])), *map(int, sys.argv[2:]))")
+# a worker whose results are held back however long its tasks take (the bound is not under test)
+_START_HOLDING = "from raylite.core.worker import client; client.HOLD_MAX_S = 3600; " + _START
 
 HELD = []
 
@@ -33,10 +38,20 @@ def nothing() -> None:
     pass
 
 
+def step(gate: str = "", fail: bool = False) -> str:
+    """A tiny task; with `gate`, it first waits for that file; with `fail`, it raises."""
+    import time
+    while gate and not os.path.exists(gate):
+        time.sleep(0.005)
+    if fail:
+        raise ValueError("step failed")
+    return gate
+
+
 class FakeNode:
     """The node's end of one worker's socket."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, start: str = _START, progress: bool = False):
         ours, theirs = socket.socketpair()
         out_r, out_w = os.pipe()
         config = {"index": 1, "shm_prefix": "raylite-test-", "sys_path": list(sys.path), "cwd": os.getcwd(),
@@ -44,13 +59,21 @@ class FakeNode:
                   "log_dir": None, "env": {}, "runtime_env": None, "site_dirs": [], "totals": {"CPU": 1},
                   "device_ids": {}, "restarted": False}
         fds = [theirs.fileno(), out_w, os.dup(out_w)]   # (it closes both)
-        self.proc = subprocess.Popen([sys.executable, "-c", _START, pickle.dumps(config).hex(), *map(str, fds)],
+        self.progress = None
+        if progress:   # the tasks it has begun, as the node reads them (raylite.core.workers.Progress)
+            self.progress = Progress.create()
+            fds.append(self.progress.fd)
+        self.proc = subprocess.Popen([sys.executable, "-c", start, pickle.dumps(config).hex(), *map(str, fds)],
                                      pass_fds=fds, env={**os.environ, "RAYLITE_SHM_DIR": str(tmp_path)})
         theirs.close()
         os.close(fds[1])
         os.close(fds[2])
+        if self.progress:
+            self.progress.handed_over()
         self.out_r = out_r
         self.chan = Channel(ours)
+        self.chan.sock.settimeout(60)   # a message that never comes fails the test rather than hang it
+        self.gates: list[str] = []      # files tasks wait for: made at close, so none is left waiting
         self.task_ids = iter(range(1, 1000))
         self.sent: set[str] = set()
 
@@ -65,15 +88,30 @@ class FakeNode:
         return seen
 
     def run(self, fn, *args) -> int:
-        task_id = next(self.task_ids)
-        ser, _ = serialization.dumps_args(args, {}, None)
-        spec = TaskSpec("task", task_id, fn.__name__, ser, return_ids=(task_id << 8,), fn_id=fn.__name__)
-        fn_bytes = None if fn.__name__ in self.sent else cloudpickle.dumps(fn)   # once: then cached there
-        self.sent.add(fn.__name__)
-        self.chan.send((protocol.RUN, spec_to_wire(spec), fn_bytes, {}, {}, {}))
-        return task_id
+        return self.run_many([(fn, args)])[0]
+
+    def run_many(self, calls: list, max_retries: int = 3) -> list[int]:
+        """RUN each (fn, args) of `calls`, all in one write, as the node sends tasks ahead."""
+        ids, data = [], b""
+        for fn, args in calls:
+            task_id = next(self.task_ids)
+            ser, _ = serialization.dumps_args(args, {}, None)
+            spec = TaskSpec("task", task_id, fn.__name__, ser, return_ids=(task_id << 8,), fn_id=fn.__name__,
+                            max_retries=max_retries)
+            fn_bytes = None if fn.__name__ in self.sent else cloudpickle.dumps(fn)   # once: then cached there
+            self.sent.add(fn.__name__)
+            data += protocol.encode((protocol.RUN, spec_to_wire(spec), fn_bytes, {}, {}, {}))
+            ids.append(task_id)
+        self.chan.sock.sendall(data)
+        return ids
+
+    def gate(self, tmp_path) -> str:
+        self.gates.append(str(tmp_path / f"gate{len(self.gates)}"))
+        return self.gates[-1]
 
     def close(self) -> None:
+        for gate in self.gates:
+            open(gate, "a").close()
         self.chan.send((protocol.EXIT,))
         try:
             self.proc.wait(timeout=30)
@@ -83,12 +121,23 @@ class FakeNode:
                 self.proc.wait()
             self.chan.close()
             os.close(self.out_r)
+            if self.progress:
+                self.progress.close()
 
 
 @pytest.fixture
 def node(tmp_path):
+    yield from _started(FakeNode(tmp_path))
+
+
+@pytest.fixture
+def holding_node(tmp_path):
+    """A worker that shares its count of begun tasks (as the node's workers do): it holds results back."""
+    yield from _started(FakeNode(tmp_path, _START_HOLDING, progress=True))
+
+
+def _started(node):
     cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the worker cannot import this module
-    node = FakeNode(tmp_path)
     try:
         assert node.recv()[0] == protocol.HELLO
         yield node
@@ -130,3 +179,67 @@ def test_the_loop_has_one_handler_for_each_message_to_a_worker():
     from raylite.core.worker.loop import Loop
     loop = Loop(SimpleNamespace(deliver=None, give_back=None), SimpleNamespace(run=None, cancel_call=None))
     assert set(loop.handlers) == protocol.TO_WORKER
+
+
+def _dones(node, n: int) -> list:
+    """The task ids of the next n DONEs, with each one's outcome (True: a value)."""
+    out = []
+    while len(out) < n:
+        msg = node.recv()
+        if msg[0] == protocol.DONE:
+            out.append((msg[1], not serialization.Serialized(*msg[2][0]).is_error))
+    return out
+
+
+def _begun(node, n: int) -> None:
+    deadline = time.monotonic() + 30
+    while node.progress.begun() < n:
+        assert time.monotonic() < deadline, f"the worker began {node.progress.begun()} tasks, not {n}"
+        time.sleep(0.005)
+
+
+def test_results_of_tasks_sent_ahead_come_back_together_once_the_line_is_done(holding_node, tmp_path):
+    """Short tasks that came in one write: each result waits while the next task is already here,
+    so the node reads them in one go; they all go out, in order, before the worker waits again."""
+    node = holding_node
+    gate = node.gate(tmp_path)
+    node.until_done(node.run(step))   # it runs once: now its function is known to be short
+    ids = node.run_many([(step, ())] * 4 + [(step, (gate,))])
+    _begun(node, 6)   # all of them: the last one waits for the gate
+    ready, _, _ = select.select([node.chan.sock], [], [], 0.3)
+    assert not ready, "a result came back while the next task of the line was still running"
+    open(gate, "w").close()
+    assert _dones(node, 5) == [(i, True) for i in ids]
+
+
+def test_a_failed_task_sends_what_was_held_back_and_its_error_at_once(holding_node, tmp_path):
+    """An error is never held back (a get fails fast on it), and the results held before it go first."""
+    node = holding_node
+    gate = node.gate(tmp_path)
+    node.until_done(node.run(step))
+    ids = node.run_many([(step, ())] * 3 + [(step, ("", True)), (step, (gate,))])
+    assert _dones(node, 4) == [(i, True) for i in ids[:3]] + [(ids[3], False)]   # the gate is still shut
+    open(gate, "w").close()
+    assert _dones(node, 1) == [(ids[4], True)]
+
+
+def test_a_task_that_may_not_run_again_has_its_result_sent_at_once(holding_node, tmp_path):
+    """max_retries=0: were the worker to die holding its result, the task could not be run again,
+    so its result goes out as soon as it is done."""
+    node = holding_node
+    gate = node.gate(tmp_path)
+    node.until_done(node.run(step))
+    ids = node.run_many([(step, ()), (step, (gate,))], max_retries=0)
+    assert _dones(node, 1) == [(ids[0], True)]
+    open(gate, "w").close()
+    assert _dones(node, 1) == [(ids[1], True)]
+
+
+def test_a_worker_without_a_shared_count_holds_nothing_back(node, tmp_path):
+    """Without the count (no memfd), the node could not tell which tasks of a dead worker began."""
+    gate = node.gate(tmp_path)
+    node.until_done(node.run(step))
+    ids = node.run_many([(step, ()), (step, (gate,))])
+    assert _dones(node, 1) == [(ids[0], True)]
+    open(gate, "w").close()
+    assert _dones(node, 1) == [(ids[1], True)]

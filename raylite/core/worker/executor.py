@@ -213,9 +213,11 @@ class Executor:
         if start is not None and start[0] == spec.task_id and (sizes := _log_sizes()) is not None:
             # where its output is in the log files (Ray's task_log_info)
             self.client.send((DONE, spec.task_id, wired, retry, (start[1], sizes[0], start[2], sizes[1])))
-        elif retry or spec.kind != "task" or results[0].is_error or self.progress is None:
+        elif retry or spec.kind != "task" or results[0].is_error or not spec.max_retries or self.progress is None:
             self.client.send((DONE, spec.task_id, wired, True) if retry else (DONE, spec.task_id, wired))
-        else:   # held back while the next task is here already (see WorkerClient.send_result)
+        else:
+            # held back while the next task is here already (WorkerClient.send_result); only for a
+            # task that may run again: if this process dies before it is sent, the task is retried
             self.client.send_result((DONE, spec.task_id, wired), self._next_is_short())
 
     def _next_is_short(self) -> bool:

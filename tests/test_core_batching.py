@@ -1,0 +1,122 @@
+"""Tiny tasks sent ahead to a busy worker, several at a time (raylite.core.node.Node._prefetch),
+and the worker's results coming back several per write: what each task sees stays as if they
+went one by one (cancel, retries, a worker's death, fail-fast get).
+
+Each test holds the worker busy on a task waiting for a gate file, queues tasks behind it and
+checks, on the node, that they went ahead to that worker before it opens the gate."""
+import os
+import time
+
+import pytest
+
+import raylite as ray
+from raylite import exceptions
+from raylite.core.objects import process
+
+pytestmark = [pytest.mark.local_only("white-box: the node's tasks sent ahead to a worker"),
+              pytest.mark.parametrize("ray_start", [1], indirect=True)]
+
+
+@ray.remote
+def step(i, gate="", kill=False, fail_once=""):
+    """i, once `gate` exists; `kill` ends the worker there; `fail_once` raises the first time."""
+    while gate and not os.path.exists(gate):
+        time.sleep(0.005)
+    if kill:
+        os._exit(1)
+    if fail_once and not os.path.exists(fail_once):
+        open(fail_once, "w").close()
+        raise ValueError("first try")
+    return i
+
+
+def _node():
+    return process.client.node
+
+
+def _short(fn) -> None:
+    """Let the node take fn as tiny from now on (its estimate otherwise depends on the machine's speed)."""
+    _node().call_sync(_node().fn_time.__setitem__, fn._fn_id, 1e-5)
+
+
+def _busy_with_a_line(tmp_path, n, kill: bool = False, **options):
+    """A worker running a task that waits for the gate (and then ends the worker, with `kill`),
+    and n tasks (or one per tuple of arguments in n) sent ahead to it; returns (the gate, the
+    waiting task's ref, the n refs)."""
+    calls = [(i,) for i in range(n)] if isinstance(n, int) else n
+    ray.get([step.remote(i) for i in range(3)])   # the worker is up and has run the function
+    gate = str(tmp_path / "gate")
+    first = step.options(**options).remote(-1, gate, kill)
+    _short(step)
+    refs = [step.options(**options).remote(*args) for args in calls]
+    node = _node()
+
+    def lined_up():
+        workers = [w for w in node.workers.values() if w.task is not None]
+        return len(workers) == 1 and len(workers[0].ahead) == len(calls)
+    wait = 0
+    while not node.call_sync(lined_up):
+        assert wait < 1500, "the tasks never went ahead to the busy worker"
+        time.sleep(0.01)
+        wait += 1
+    return gate, first, refs
+
+
+def test_tiny_tasks_go_ahead_to_a_busy_worker_several_at_once(ray_start, tmp_path):
+    gate, first, refs = _busy_with_a_line(tmp_path, 10)
+    open(gate, "w").close()
+    assert ray.get(first) == -1
+    assert ray.get(refs) == list(range(10))
+
+
+def test_a_task_cancelled_in_a_workers_line_ends_cancelled(ray_start, tmp_path):
+    gate, first, refs = _busy_with_a_line(tmp_path, 6)
+    ray.cancel(refs[3])
+    open(gate, "w").close()
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(refs[3])
+    assert [ray.get(r) for r in refs[:3] + refs[4:]] == [0, 1, 2, 4, 5]
+
+
+def test_tasks_in_the_line_of_a_worker_that_died_run_again_and_never_count_it_as_a_try(ray_start, tmp_path):
+    """They never began: max_retries=0 does not fail them; the task that ended the worker fails."""
+    gate, first, refs = _busy_with_a_line(tmp_path, 6, max_retries=0, kill=True)
+    open(gate, "w").close()
+    with pytest.raises(exceptions.WorkerCrashedError):
+        ray.get(first)
+    assert ray.get(refs) == list(range(6))
+
+
+def test_results_a_dead_worker_held_back_are_retried(ray_start, tmp_path):
+    """Tasks done before a task of the line ended the worker may have their results still held
+    there: those tasks run again (they may: max_retries), and each gets its value once."""
+    ray.get([step.remote(i) for i in range(3)])
+    gate = str(tmp_path / "gate")
+    _short(step)
+    refs = [step.options(max_retries=1).remote(i) for i in range(5)]
+    killer = step.options(max_retries=0).remote(-1, gate, True)
+    tail = [step.options(max_retries=0).remote(i) for i in range(5, 8)]
+    open(gate, "w").close()
+    with pytest.raises(exceptions.WorkerCrashedError):
+        ray.get(killer)
+    assert ray.get(refs + tail) == list(range(8))
+
+
+def test_a_task_retried_on_its_exception_inside_a_line_gets_its_value(ray_start, tmp_path):
+    marker = str(tmp_path / "failed")
+    gate, first, line = _busy_with_a_line(tmp_path, [(i, "", False, marker if i == 2 else "") for i in range(5)],
+                                          retry_exceptions=True)
+    open(gate, "w").close()
+    assert ray.get(line) == list(range(5))
+    assert os.path.exists(marker)
+
+
+def test_get_fails_fast_on_an_error_in_a_line_while_a_later_task_still_runs(ray_start, tmp_path):
+    last_gate, marker = str(tmp_path / "last"), str(tmp_path / "failed")
+    gate, first, line = _busy_with_a_line(tmp_path, [(0,), (1, "", False, marker), (2, last_gate)])
+    open(gate, "w").close()
+    with pytest.raises(exceptions.RayTaskError, match="first try"):
+        ray.get(line, timeout=30)
+    assert ray.wait([line[2]], timeout=0)[0] == []   # the get did not wait for the last task
+    open(last_gate, "w").close()
+    assert ray.get(line[2]) == 2
