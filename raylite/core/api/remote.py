@@ -9,6 +9,7 @@ from raylite.core.api import submission
 from raylite.core.api.actor_class import ActorClass, ActorClassInheritanceException, ActorHandle, ActorMethod
 from raylite.core.api.options import METHOD_OPTIONS, TASK_OPTIONS, check
 from raylite.core.api.options import retry_on as _retry_on
+from raylite.core.client import context
 from raylite.core.client.objects import next_id, process
 from raylite.core.wire import signatures
 from raylite.core.wire.signatures import is_coroutine_function
@@ -39,6 +40,8 @@ class RemoteFunction:
         self._returns = signatures.default_returns(function)
         self._retry_on = _retry_on(self._options.get("retry_exceptions", False))
         self._arity = signatures.arity(function)
+        self._plain: bool | None = None   # whether its own options take _plain_spec (known after a call)
+        self._feasible_on = None          # the resources model its request was found feasible on
         self.__doc__ = getattr(function, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
@@ -65,13 +68,21 @@ class RemoteFunction:
         client = process.client or submission.client()
         if client is None:
             return process.ray.submit(self, self._function, args, kwargs, options)
-        request = self._request if options is self._options else submission.request_of(options, 1.0)
-        name = options.get("name") or self._name
         shape = self._arity   # checked as Ray does; inline, the common call costs two comparisons
         if shape is not None and (kwargs or not shape[0] <= len(args) <= shape[1] or shape[4]):
             signatures.check(shape, args, kwargs, self._name)
         if self._bytes is None:
             self._bytes = submission.pickled(self._function, f"function {self._name}")
+        if options is self._options and self._plain is not False:
+            spec = self._plain_spec(client, args, kwargs)
+        else:
+            spec = self._spec(client, args, kwargs, options, holder)
+        client.submit(spec, self._bytes)
+        return submission.refs(spec)
+
+    def _spec(self, client, args, kwargs, options: dict, holder) -> TaskSpec:
+        request = self._request if options is self._options else submission.request_of(options, 1.0)
+        name = options.get("name") or self._name
         return_ids, stream = submission.returns(options.get("num_returns", self._returns))
         max_calls = options.get("max_calls")
         if max_calls is None:   # accelerator tasks get a fresh process: frameworks never free device memory
@@ -86,8 +97,27 @@ class RemoteFunction:
                                                          else _retry_on(options.get("retry_exceptions", False))),
                         unschedulable=submission.unschedulable(options, name))
         submission.warn_if_infeasible(client, name, request, self if request is self._request else None)
-        client.submit(spec, self._bytes)
-        return submission.refs(spec)
+        if options is self._options and self._plain is None:
+            self._plain = (spec.placement is None and spec.unschedulable is None and stream is None
+                           and len(return_ids) == 1 and submission.placement_free(options)
+                           and self._feasible_on is client.resources_model)
+        return spec
+
+    def _plain_spec(self, client, args, kwargs) -> TaskSpec:
+        """The spec of a call with the function's own options when they ask for nothing the
+        general path works out per call (no placement, label selector, stream or several
+        returns; found feasible): what `_spec` makes, with the options resolved once."""
+        if self._feasible_on is not client.resources_model or context.current_placement() is not None:
+            return self._spec(client, args, kwargs, self._options, None)
+        options = self._options
+        name = options.get("name") or self._name
+        max_calls = options.get("max_calls")
+        max_retries = options.get("max_retries")
+        return_ids = (next_id(),)
+        args_ser, deps = submission.pack_args(name, args, kwargs, client.shm_prefix)
+        return TaskSpec("task", next_id(), name, args_ser, deps, return_ids, self._fn_id, None, self._request,
+                        self._fresh if max_calls is None else max_calls, 3 if max_retries is None else max_retries,
+                        runtime_env=submission.env_of(options, name, self), retry_exceptions=self._retry_on)
 
 
 def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None, **options):

@@ -18,6 +18,11 @@ _PLACEMENT_KEYS = {"scheduling_strategy", "placement_group", "placement_group_bu
                    "placement_group_capture_child_tasks"}   # see placement and unschedulable
 
 
+def placement_free(options: dict) -> bool:
+    """Whether the options name no placement group, scheduling strategy or label selector."""
+    return _PLACEMENT_KEYS.isdisjoint(options) and not options.get("label_selector")
+
+
 def placement(options: dict, request: dict, name: str):
     if _PLACEMENT_KEYS.isdisjoint(options) and context.current_placement() is None:
         return None   # the common case, without importing placement groups

@@ -179,6 +179,8 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
             return self._drop_args(spec)   # it never runs
         if spec.deps:
             self._when_env_ready(spec, lambda: self._when_deps_ready(spec, lambda: self._enqueue(spec)))
+        elif spec.runtime_env is None and self.job_env is None:   # nothing to set up: the common task
+            self._enqueue(spec)
         else:
             self._when_env_ready(spec, lambda: self._enqueue(spec))
 
@@ -267,7 +269,8 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
         without a round trip through this thread, and several go in one write. A worker holds up
         to `_window` of them (a few milliseconds of work, so an idle worker is never left with
         nothing while another has a long line); they run one at a time on the resources of the
-        task before, which pass on unchanged: no task ahead holds resources of its own."""
+        task before, which pass on unchanged: no task ahead holds resources of its own. A line is
+        topped up once it is half gone, so each write carries several."""
         fn_id, request = queue[0].fn_id, queue[0].request
         typical = self.fn_time.get(fn_id, 1.0)
         if typical > PREFETCH_BELOW_S:
@@ -277,7 +280,7 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
             if not queue or queue[0].fn_id != fn_id:
                 return
             t = w.task
-            if (t is None or len(w.ahead) >= window or w.blocked or w.recalling or w.index in self.held
+            if (t is None or len(w.ahead) > window // 2 or w.blocked or w.recalling or w.index in self.held
                     or t.fn_id != fn_id or t.request != request
                     or t.runtime_env != queue[0].runtime_env or t.placement != queue[0].placement):
                 continue
