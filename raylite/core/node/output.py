@@ -76,8 +76,7 @@ class WorkerOutput:
         except OSError:
             data = b""
         if not data:
-            if w.index not in self.readers:   # else the pipe is on loan (raylite.core.node.reader)
-                self.sel.unregister(fd)
+            self.sel.unregister(fd)
             os.close(fd)
             if fd == w.out_fd:
                 w.out_fd = -1

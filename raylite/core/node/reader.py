@@ -5,10 +5,11 @@ driver, the node thread's and then the waiting thread's; on a VM whose idle vCPU
 0.1-0.3 ms, as much as the rest of a task's round trip. So when all that a waiter still lacks comes
 from one worker (the task it runs, or calls on the actor it hosts), the waiting thread takes that
 worker's socket out of the node's selector and serves it itself, under the node lock like any node
-code, until the waiter fires; then it hands the socket back. It takes the worker's stdout and stderr
-pipes along, so that the worker's output and messages are handled in one thread, in their order
-(an actor's `__repr__` names the output after it; what a task prints before it returns is printed
-before the get returns). Whoever else fires the waiter (the node thread: a timeout, a result from
+code, until the waiter fires; then it hands the socket back. It watches the worker's stdout and
+stderr pipes as well (the node thread still does too: output is rare, and whichever thread is first
+serves it, under the lock), and serves what came on them after the socket's messages, in their
+order (an actor's `__repr__` names the output after it; what a task prints before it returns is
+printed before the get returns). Whoever else fires the waiter (the node thread: a timeout, a result from
 elsewhere; another thread), ends the worker, leaves bytes for it unsent, or gives its task to
 another worker before it started (Node._take_held: the reader then follows the task), wakes the
 reading thread through the reader's own socket pair. The first wait polls before it sleeps (see
@@ -26,7 +27,8 @@ from raylite.core.wire.protocol import poll_spinning, spin_for
 
 
 class Reader:
-    """A worker's socket (and output pipes) on loan to the thread `thread`, until `waiter` fires."""
+    """A worker's socket on loan to the thread `thread` (which watches its output pipes too), until
+    `waiter` fires."""
 
     __slots__ = ("worker", "waiter", "key", "pipes", "thread", "wake_r", "wake_w", "moved", "signalled")
 
@@ -113,10 +115,10 @@ class ProducerReading:
             key = self.sel.unregister(w.chan.sock)
         except (KeyError, ValueError):
             return None
-        pipes = {}
+        pipes = {}   # watched by the node too (output comes rarely): two system calls less a get
         for fd in (w.out_fd, w.err_fd):
             if fd >= 0:
-                pipes[fd] = self.sel.unregister(fd)
+                pipes[fd] = self.sel.get_key(fd)
         if self._spare_wakes:
             pair = self._spare_wakes.pop()
         else:
@@ -162,7 +164,7 @@ class ProducerReading:
             self.dirty_channels.add(w.chan)   # flushed by the step that runs this
             self._on_worker(w, selectors.EVENT_READ)
         for fd, key in reader.pipes.items():
-            if fd in events:
+            if fd in events and fd in (w.out_fd, w.err_fd):
                 key.data(selectors.EVENT_READ)
 
     def _give_back(self, reader: Reader) -> None:
@@ -176,12 +178,6 @@ class ProducerReading:
             if reader.signalled:
                 _drain(reader.wake_r)
             self._spare_wakes.append((reader.wake_r, reader.wake_w))
-        for fd, key in reader.pipes.items():   # open still (a dead worker's too: the node drains them)
-            if fd in (w.out_fd, w.err_fd):
-                try:
-                    self.sel.register(fd, selectors.EVENT_READ, key.data)
-                except (OSError, ValueError):   # shutdown() from another thread closed the selector
-                    pass
         if w.index in self.workers and w.chan.sock.fileno() >= 0 and not self.stopping:
             w.chan.watch_write = bool(w.chan.wbuf)
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0)
