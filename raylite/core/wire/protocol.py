@@ -64,6 +64,7 @@ _HEADER = struct.Struct("<I")
 # Below glibc's mmap threshold (128 KiB): a larger recv() buffer is mapped and unmapped on every
 # call, which cost 28 us per small message against 5 us for this size.
 _READ_CHUNK = 1 << 16
+_COPY_BELOW = 1 << 12   # a message this small is unpickled from a copy (cheaper than a memoryview)
 
 
 class TaskSpec:
@@ -281,6 +282,7 @@ class Channel:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.rbuf = bytearray()
+        self.rpos = 0   # where the next message starts in rbuf
         self.wbuf = bytearray()
         self.watch_write = False   # the node's selector watches it for writing (wbuf was left over)
         self.deferred = bytearray()   # the blocking side's messages held back (see defer)
@@ -309,7 +311,8 @@ class Channel:
 
     def has_message(self) -> bool:
         """Whether a whole message is already read and waits in the buffer."""
-        return len(self.rbuf) >= 4 and len(self.rbuf) >= 4 + _HEADER.unpack_from(self.rbuf)[0]
+        buf, pos = self.rbuf, self.rpos
+        return len(buf) - pos >= 4 and len(buf) - pos >= 4 + _HEADER.unpack_from(buf, pos)[0]
 
     def recv(self, spin: float = 0.0):
         """Next message, or None at end of stream. With `spin`, poll that many seconds before
@@ -368,13 +371,27 @@ class Channel:
         return True
 
     def _pop(self):
-        if len(self.rbuf) < 4:
+        """The next whole message in rbuf, read from rpos on (rbuf is compacted when it is all
+        read, or its read part is large: cutting each message off its front cost ~2 us)."""
+        buf, pos = self.rbuf, self.rpos
+        if len(buf) - pos < 4:
             return _INCOMPLETE
-        (size,) = _HEADER.unpack_from(self.rbuf)
-        if len(self.rbuf) < 4 + size:
+        (size,) = _HEADER.unpack_from(buf, pos)
+        end = pos + 4 + size
+        if len(buf) < end:
+            if pos:
+                del buf[:pos]
+                self.rpos = 0
             return _INCOMPLETE
-        msg = pickle.loads(memoryview(self.rbuf)[4:4 + size])
-        del self.rbuf[:4 + size]
+        msg = pickle.loads(buf[pos + 4:end] if size < _COPY_BELOW else memoryview(buf)[pos + 4:end])
+        if end == len(buf):
+            buf.clear()
+            self.rpos = 0
+        elif end > _READ_CHUNK:
+            del buf[:end]
+            self.rpos = 0
+        else:
+            self.rpos = end
         return msg
 
     def close(self) -> None:
