@@ -71,6 +71,35 @@ def test_recv_with_spin_sees_the_end_of_the_stream(pair):
     assert chan.recv(spin=0.5) is None
 
 
+def test_messages_split_and_packed_anyhow_come_out_whole_and_in_order(pair):
+    """What one read brings: several messages, and part of the next (a large one in pieces)."""
+    a, b = pair
+    chan = Channel(b)
+    large = ("x", b"y" * (3 << 16))
+    data = b"".join(encode(("m", i)) for i in range(20)) + encode(large) + encode(("end",))
+
+    def send():
+        for start in range(0, len(data), 7000):
+            a.sendall(data[start:start + 7000])
+    sender = threading.Thread(target=send)
+    sender.start()
+    got = [chan.recv() for _ in range(22)]
+    sender.join()
+    assert got == [("m", i) for i in range(20)] + [large, ("end",)]
+    assert not chan.has_message() and chan.rpos == 0 and not chan.rbuf
+
+
+def test_held_back_messages_go_out_first_and_in_order(pair):
+    a, b = pair
+    sender, receiver = Channel(a), Channel(b)
+    sender.defer(("done", 1))
+    sender.defer(("done", 2))
+    sender.send(("put", 3))   # any send takes what was held back along, ahead of it
+    sender.defer(("done", 4))
+    sender.flush_deferred()
+    assert [receiver.recv() for _ in range(4)] == [("done", 1), ("done", 2), ("put", 3), ("done", 4)]
+
+
 def test_spin_on_stops_at_the_deadline():
     assert spin_on(time.perf_counter() - 1e-3) is False
 
