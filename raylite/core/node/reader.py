@@ -30,7 +30,7 @@ class Reader:
     """A worker's socket on loan to the thread `thread` (which watches its output pipes too), until
     `waiter` fires."""
 
-    __slots__ = ("worker", "waiter", "key", "pipes", "thread", "wake_r", "wake_w", "moved", "signalled")
+    __slots__ = ("worker", "waiter", "key", "pipes", "thread", "wake_r", "wake_w", "moved", "signalled", "returned")
 
     def __init__(self, worker, waiter, key, pipes: dict, thread: int, wake: tuple):
         self.worker, self.waiter, self.key, self.pipes, self.thread = worker, waiter, key, pipes, thread
@@ -40,6 +40,7 @@ class Reader:
         # raises, which on the path of every get costs ~10 us). A byte missed in a race only wakes
         # the pair's next reader once for nothing.
         self.signalled = False
+        self.returned = False   # given back (see _give_back)
 
     def needs_reader(self, stopping: bool, workers: dict) -> bool:
         w = self.worker
@@ -101,8 +102,9 @@ class ProducerReading:
         except (OSError, ValueError):   # the node closed the socket: the worker is gone
             pass
         finally:
-            self.lock.acquire()
-            self._run_locked(self._give_back, (reader,))
+            if not reader.returned:
+                self.lock.acquire()
+                self._run_locked(self._give_back, (reader,))
         return reader.moved and not waiter.done
 
     def _borrow(self, waiter, ids) -> Reader | None:
@@ -166,8 +168,11 @@ class ProducerReading:
         for fd, key in reader.pipes.items():
             if fd in events and fd in (w.out_fd, w.err_fd):
                 key.data(selectors.EVENT_READ)
+        if reader.waiter.done:   # what it waited for came: the socket goes back now, in this step
+            self._give_back(reader)
 
     def _give_back(self, reader: Reader) -> None:
+        reader.returned = True
         w = reader.worker
         if self.readers.get(w.index) is reader:
             del self.readers[w.index]
