@@ -119,7 +119,7 @@ class ProducerReading:
             return None
         pipes = {}   # watched by the node too (output comes rarely): two system calls less a get
         for fd in (w.out_fd, w.err_fd):
-            if fd >= 0:
+            if fd >= 0 and fd in self.sel.get_map():
                 pipes[fd] = self.sel.get_key(fd)
         if self._spare_wakes:
             pair = self._spare_wakes.pop()
