@@ -364,7 +364,7 @@ def test_records_drop_oldest_finished_and_keep_unfinished():
     record = events.TaskEvents(limit=100)
     specs = [types.SimpleNamespace(task_id=i, kind="task", name="t", actor_id=0, actor_name=None, return_ids=(i,),
                                    request={}, placement=None, deps=()) for i in range(1000)]
-    worker = types.SimpleNamespace(index=1, pid=1234, next=None)
+    worker = types.SimpleNamespace(index=1, pid=1234, ahead=())
     done = types.SimpleNamespace(is_error=False)
     for spec in specs:
         record.submitted(spec)
