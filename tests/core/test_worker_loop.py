@@ -12,8 +12,7 @@ import cloudpickle
 import pytest
 
 from raylite.core.wire import protocol, serialization
-from raylite.core.node.records import Progress
-from raylite.core.wire.protocol import Channel, TaskSpec, spec_to_wire
+from raylite.core.wire.protocol import Channel, Progress, TaskSpec, spec_to_wire
 
 pytestmark = pytest.mark.local_only
 

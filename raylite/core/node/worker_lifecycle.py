@@ -15,10 +15,10 @@ from collections import deque
 from raylite import exceptions
 from raylite.core.envs import runtime_env
 from raylite.core.hardware import accelerators
-from raylite.core.node.records import Progress, WorkerProc
+from raylite.core.node.records import WorkerProc
 from raylite.core.wire import protocol as P
 from raylite.core.wire import segments
-from raylite.core.wire.protocol import Channel
+from raylite.core.wire.protocol import Channel, Progress
 from raylite.core.wire.serialization import error_value
 from raylite.core.worker.zygote import Zygote, end_group
 

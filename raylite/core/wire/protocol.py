@@ -7,6 +7,7 @@ coalesces writes, the worker side blocks.
 """
 from __future__ import annotations
 
+import mmap
 import operator
 import os
 import pickle
@@ -402,3 +403,48 @@ class Channel:
 
 
 _INCOMPLETE = object()
+
+
+class Progress:
+    """A counter of the tasks a worker has begun, in memory the worker shares (a memfd): the
+    worker holds results back to send several in one write (protocol.Channel.defer), so when it
+    dies the node cannot tell from the results it got how far it went through the tasks sent
+    ahead; this says which began (retried or failed, as a crash) and which never did (queued
+    again as they were). Without memfd (not Linux) there is none, and workers hold nothing back."""
+
+    __slots__ = ("fd", "mm")
+
+    def __init__(self, fd: int, mm):
+        self.fd, self.mm = fd, mm
+
+    @classmethod
+    def create(cls) -> Progress | None:
+        if not hasattr(os, "memfd_create"):
+            return None
+        fd = os.memfd_create("raylite-progress", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, 8)
+            return cls(fd, mmap.mmap(fd, 8))
+        except OSError:
+            os.close(fd)
+            raise
+
+    def handed_over(self) -> None:
+        """The worker has its own descriptor now (or none came to be): the mapping stays."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def begun(self) -> int:
+        return struct.unpack_from("Q", self.mm)[0] if not self.mm.closed else 0
+
+    def close(self) -> None:
+        self.handed_over()
+        self.mm.close()
+
+
+def progress_counter(fd: int) -> memoryview:
+    """The worker's side of its Progress: [0] += 1 as each task begins."""
+    mm = mmap.mmap(fd, 8)
+    os.close(fd)
+    return memoryview(mm).cast("Q")

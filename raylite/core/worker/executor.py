@@ -61,7 +61,7 @@ class Executor:
         self.post_mortem = None   # called with a failed call's traceback (worker._post_mortem)
         self.took: dict[str, float] = {}   # function id -> how long its last call took here (s)
         self.progress = None      # [0]: tasks begun here, which the node reads if this process dies
-                                  # (raylite.core.workers.Progress); without it no result is held back
+                                  # (raylite.core.protocol.Progress); without it no result is held back
 
     def run(self, spec: TaskSpec, fn_bytes: bytes | None, deps: dict, assigned: dict, accel: dict):
         if self.progress is not None and spec.kind == "task":

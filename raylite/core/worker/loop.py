@@ -13,12 +13,12 @@ import sys
 from raylite.core.client import context, objects
 
 from raylite.core.envs import runtime_env
-from raylite.core.wire.protocol import CANCEL_CALL, EXIT, FORGET, HELLO, REPLY, RELEASED, RUN, UNPREFETCH, Channel
+from raylite.core.wire.protocol import (CANCEL_CALL, EXIT, FORGET, HELLO, REPLY, RELEASED, RUN, UNPREFETCH, Channel,
+                                        progress_counter)
 from raylite.core.wire.resources import NodeResources
 from raylite.core.wire.segments import mappings
 from raylite.core.worker.client import WorkerClient
 from raylite.core.worker.executor import Executor, State, report_metrics
-from raylite.core.node.records import progress_counter
 
 
 class Loop:
