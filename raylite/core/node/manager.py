@@ -453,7 +453,9 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
             self._run_on(w, w.task)
 
     def _msg_done(self, w: WorkerProc, task_id: int, results: list, retry: bool = False,
-                  log_span: tuple | None = None) -> None:
+                  log_span: tuple | None = None, ran: float | None = None) -> None:
+        """`ran`: how long the task's function took in the worker (a successful task's), which
+        tells tiny tasks (see _prefetch) however long their round trips take on a busy machine."""
         results = [Serialized(*r) for r in results]   # sent as plain data (see worker finish)
         if w.actor is not None:
             actor = w.actor
@@ -479,7 +481,7 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
         if log_span is not None:
             self.task_events.logged(spec, w.pid, log_span)
         now = time.monotonic()
-        took = now - w.started
+        took = now - w.started if ran is None else ran
         self.fn_time[spec.fn_id] = 0.8 * self.fn_time.get(spec.fn_id, took) + 0.2 * took
         w.calls += 1
         self._unblock(w)

@@ -29,7 +29,7 @@ EXIT = "exit"                   # (EXIT,): end gracefully once running calls are
 
 # worker -> node
 HELLO = "hello"                 # (HELLO, pid): the first message, once the worker is set up
-DONE = "done"                   # (DONE, task id, results wire[, retry[, log offsets]])
+DONE = "done"                   # (DONE, task id, results wire[, retry[, log offsets or None[, run time]]])
 ITEM = "item"                   # (ITEM, completion id, index, value): a generator's next value
 SUBMIT = "submit"               # (SUBMIT, spec, fn bytes or None, submitting task id)
 PUT = "put"                     # (PUT, object id, value)

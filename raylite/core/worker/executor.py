@@ -60,6 +60,7 @@ class Executor:
         self.setup_error: str | None = None   # why the runtime_env's setup hook failed in this process
         self.post_mortem = None   # called with a failed call's traceback (worker._post_mortem)
         self.took: dict[str, float] = {}   # function id -> how long its last call took here (s)
+        self.ran: float | None = None      # how long the task just done took (sent with its DONE)
         self.progress = None      # [0]: tasks begun here, which the node reads if this process dies
                                   # (raylite.core.protocol.Progress); without it no result is held back
 
@@ -138,7 +139,7 @@ class Executor:
             self._ran(main)
             results = self.pack(spec, value)
             if spec.kind == "task":
-                self.took[spec.fn_id] = time.perf_counter() - began
+                self.took[spec.fn_id] = self.ran = time.perf_counter() - began
         except KeyboardInterrupt:
             self._ran(main)
             results = self.cancelled(spec)
@@ -210,15 +211,18 @@ class Executor:
         wired = [r.wire() for r in results]   # plain data: see protocol.spec_to_wire
         report_metrics(self.client)
         start, self.log_start = self.log_start, None
+        ran, self.ran = self.ran, None
+        span = None
         if start is not None and start[0] == spec.task_id and (sizes := _log_sizes()) is not None:
-            # where its output is in the log files (Ray's task_log_info)
-            self.client.send((DONE, spec.task_id, wired, retry, (start[1], sizes[0], start[2], sizes[1])))
-        elif retry or spec.kind != "task" or results[0].is_error or not spec.max_retries or self.progress is None:
-            self.client.send((DONE, spec.task_id, wired, True) if retry else (DONE, spec.task_id, wired))
+            span = (start[1], sizes[0], start[2], sizes[1])   # where its output is in the log files
+        msg = (DONE, spec.task_id, wired, retry, span, ran) if span or ran is not None else \
+            (DONE, spec.task_id, wired, True) if retry else (DONE, spec.task_id, wired)
+        if retry or span or spec.kind != "task" or results[0].is_error or not spec.max_retries or self.progress is None:
+            self.client.send(msg)
         else:
             # held back while the next task is here already (WorkerClient.send_result); only for a
             # task that may run again: if this process dies before it is sent, the task is retried
-            self.client.send_result((DONE, spec.task_id, wired), self._next_is_short())
+            self.client.send_result(msg, self._next_is_short())
 
     def _next_is_short(self) -> bool:
         """Whether the next message is here and is a task whose function ran shortly here before."""
