@@ -59,7 +59,7 @@ class FakeNode:
                   "device_ids": {}, "restarted": False}
         fds = [theirs.fileno(), out_w, os.dup(out_w)]   # (it closes both)
         self.progress = None
-        if progress:   # the tasks it has begun, as the node reads them (raylite.core.workers.Progress)
+        if progress:   # the tasks it has begun, as the node reads them (raylite.core.wire.protocol.Progress)
             self.progress = Progress.create()
             fds.append(self.progress.fd)
         self.proc = subprocess.Popen([sys.executable, "-c", start, pickle.dumps(config).hex(), *map(str, fds)],

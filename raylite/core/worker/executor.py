@@ -62,7 +62,7 @@ class Executor:
         self.took: dict[str, float] = {}   # function id -> how long its last call took here (s)
         self.ran: float | None = None      # how long the task just done took (sent with its DONE)
         self.progress = None      # [0]: tasks begun here, which the node reads if this process dies
-                                  # (raylite.core.protocol.Progress); without it no result is held back
+                                  # (raylite.core.wire.protocol.Progress); without it no result is held back
 
     def run(self, spec: TaskSpec, fn_bytes: bytes | None, deps: dict, assigned: dict, accel: dict):
         if self.progress is not None and spec.kind == "task":
