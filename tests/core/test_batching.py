@@ -1,4 +1,4 @@
-"""Tiny tasks sent ahead to a busy worker, several at a time (raylite.core.node.manager.Node._prefetch),
+"""Tiny tasks sent ahead to a busy worker, several at a time (raylite.core.node.lines.TaskLines._prefetch),
 and the worker's results coming back several per write: what each task sees stays as if they
 went one by one (cancel, retries, a worker's death, fail-fast get).
 
@@ -11,7 +11,7 @@ import pytest
 
 import raylite as ray
 from raylite import exceptions
-from raylite.core.node.manager import PREFETCH_MAX
+from raylite.core.node.lines import PREFETCH_MAX
 from raylite.core.client.objects import process
 
 pytestmark = [pytest.mark.local_only("white-box: the node's tasks sent ahead to a worker"),

@@ -1,8 +1,8 @@
 """The node manager, in the driver: the scheduler and the worker table here; beside it, in this package,
 the loop and its commands (loop), how it fails (failures), the object table (object_table), the actors'
 lifecycle (actors), the workers' output (output), its messages (worker_messages), its workers' lifecycle
-(worker_lifecycle), cancel (cancellation), placement groups (group_lifecycle) and streams
-(stream_serving). One lock guards all of it."""
+(worker_lifecycle), the tiny tasks sent ahead to busy workers (lines), cancel (cancellation), placement
+groups (group_lifecycle) and streams (stream_serving). One lock guards all of it."""
 from __future__ import annotations
 
 import itertools
@@ -22,6 +22,7 @@ from raylite.core.node.env_setup import EnvSetup
 from raylite.core.node.events import ClusterEvents, TaskEvents
 from raylite.core.node.failures import NodeFailure
 from raylite.core.node.group_lifecycle import GroupLifecycle
+from raylite.core.node.lines import TaskLines
 from raylite.core.node.groups import Groups
 from raylite.core.node.loop import NodeLoop
 from raylite.core.node.object_table import ObjectTable
@@ -38,10 +39,6 @@ from raylite.core.wire.protocol import Channel, TaskSpec, spec_to_wire
 from raylite.core.wire.resources import SCALE, NodeResources, from_fixed
 from raylite.core.wire.serialization import Serialized, error_value
 from raylite.core.worker.zygote import Zygote
-
-PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipelined to busy workers,
-PREFETCH_MAX = 16          # this many at most ahead of each (and no more than this long of work)
-
 
 _GROUP_GONE = object()   # _acquire: the spec's placement group was removed
 
@@ -61,7 +58,7 @@ def _queue_key(spec: TaskSpec, _known: dict = {}) -> tuple:   # noqa: B006 - the
 DEAD_WORKERS_KEPT = 1000   # list_workers shows the last ones that ended, as Ray keeps dead workers
 
 
-class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServing, ActorLifecycle, WorkerOutput,
+class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServing, ActorLifecycle, WorkerOutput,
            ProducerReading, EnvSetup, WorkerMessages):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
@@ -264,35 +261,6 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
                 return alloc
         return None
 
-    def _prefetch(self, queue: deque) -> None:
-        """Send queued tiny tasks ahead to workers busy with the same function, so each starts
-        without a round trip through this thread, and several go in one write. A worker holds up
-        to `_window` of them (a few milliseconds of work, so an idle worker is never left with
-        nothing while another has a long line); they run one at a time on the resources of the
-        task before, which pass on unchanged: no task ahead holds resources of its own. A line is
-        topped up once it is half gone, so each write carries several."""
-        fn_id, request = queue[0].fn_id, queue[0].request
-        typical = self.fn_time.get(fn_id, 1.0)
-        if typical > PREFETCH_BELOW_S:
-            return
-        window = min(PREFETCH_MAX, max(1, int(PREFETCH_BELOW_S / max(typical, 1e-6))))
-        for w in self.workers.values():
-            if not queue or queue[0].fn_id != fn_id:
-                return
-            t = w.task
-            if (t is None or len(w.ahead) > window // 2 or w.blocked or w.recalling or w.index in self.held
-                    or t.fn_id != fn_id or t.request != request
-                    or t.runtime_env != queue[0].runtime_env or t.placement != queue[0].placement):
-                continue
-            room = window - len(w.ahead)
-            if w.max_calls:   # its last call must be one it was sent
-                room = min(room, w.max_calls - w.calls - 1 - len(w.ahead))
-            while room > 0 and queue and queue[0].fn_id == fn_id and queue[0].request == request:
-                spec = queue.popleft()
-                w.ahead.append(spec)
-                self._run_on(w, spec)
-                room -= 1
-
     def _start(self, spec: TaskSpec, alloc) -> None:
         # a worker's environment is fixed at fork: reuse only one with the same devices and threads
         threads = max(1, alloc.resources.get("CPU", 0) // SCALE)
@@ -420,24 +388,6 @@ class Node(NodeLoop, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServin
             self.holding.discard(spec.task_id)
             for oid in spec.deps + spec.args.refs:
                 self.table.release(oid)
-
-    def _recall(self, w: WorkerProc, only: TaskSpec | None = None) -> None:
-        """Ask for the tasks sent ahead to w back (or just `only`), last first: each given back
-        goes to the front of its queue, so they keep their order."""
-        for spec in reversed(w.ahead) if only is None else (only,):
-            if spec.task_id not in w.recalling:
-                w.recalling.add(spec.task_id)
-                self._send(w, (P.UNPREFETCH, spec.task_id))
-
-    def _msg_unprefetched(self, w: WorkerProc, task_id: int, found: bool) -> None:
-        w.recalling.discard(task_id)
-        spec = next((s for s in w.ahead if s.task_id == task_id), None) if found else None
-        if spec is not None:
-            w.ahead.remove(spec)
-            if spec.task_id in self.cancelled:
-                self._finish(spec, [])
-            else:
-                self._requeue(spec)
 
     # ------------------------------------------------------------------ the task lifecycle's messages
     # (the handler table and the other messages: raylite.core.node.worker_messages)

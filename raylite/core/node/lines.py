@@ -1,0 +1,63 @@
+"""Node mixin: lines of tiny tasks sent ahead to a busy worker, several per write, which it runs
+in turn on the resources of the task it runs (they pass on unchanged), and asking them back."""
+from __future__ import annotations
+
+from collections import deque
+
+from raylite.core.node.records import WorkerProc
+from raylite.core.wire import protocol as P
+from raylite.core.wire.protocol import TaskSpec
+
+PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipelined to busy workers,
+PREFETCH_MAX = 16          # this many at most ahead of each (and no more than this long of work)
+
+
+class TaskLines:
+    """Needs: workers, held, fn_time, cancelled, _run_on, _send, _finish, _requeue."""
+
+    def _prefetch(self, queue: deque) -> None:
+        """Send queued tiny tasks ahead to workers busy with the same function, so each starts
+        without a round trip through this thread, and several go in one write. A worker holds up
+        to PREFETCH_MAX of them, and no more than PREFETCH_BELOW_S of their usual run time (so an
+        idle worker is never left with nothing while another has a long line); they run one at a time on the resources of the
+        task before, which pass on unchanged: no task ahead holds resources of its own. A line is
+        topped up once it is half gone, so each write carries several."""
+        fn_id, request = queue[0].fn_id, queue[0].request
+        typical = self.fn_time.get(fn_id, 1.0)
+        if typical > PREFETCH_BELOW_S:
+            return
+        window = min(PREFETCH_MAX, max(1, int(PREFETCH_BELOW_S / max(typical, 1e-6))))
+        for w in self.workers.values():
+            if not queue or queue[0].fn_id != fn_id:
+                return
+            t = w.task
+            if (t is None or len(w.ahead) > window // 2 or w.blocked or w.recalling or w.index in self.held
+                    or t.fn_id != fn_id or t.request != request
+                    or t.runtime_env != queue[0].runtime_env or t.placement != queue[0].placement):
+                continue
+            room = window - len(w.ahead)
+            if w.max_calls:   # its last call must be one it was sent
+                room = min(room, w.max_calls - w.calls - 1 - len(w.ahead))
+            while room > 0 and queue and queue[0].fn_id == fn_id and queue[0].request == request:
+                spec = queue.popleft()
+                w.ahead.append(spec)
+                self._run_on(w, spec)
+                room -= 1
+
+    def _recall(self, w: WorkerProc, only: TaskSpec | None = None) -> None:
+        """Ask for the tasks sent ahead to w back (or just `only`), last first: each given back
+        goes to the front of its queue, so they keep their order."""
+        for spec in reversed(w.ahead) if only is None else (only,):
+            if spec.task_id not in w.recalling:
+                w.recalling.add(spec.task_id)
+                self._send(w, (P.UNPREFETCH, spec.task_id))
+
+    def _msg_unprefetched(self, w: WorkerProc, task_id: int, found: bool) -> None:
+        w.recalling.discard(task_id)
+        spec = next((s for s in w.ahead if s.task_id == task_id), None) if found else None
+        if spec is not None:
+            w.ahead.remove(spec)
+            if spec.task_id in self.cancelled:
+                self._finish(spec, [])
+            else:
+                self._requeue(spec)
