@@ -17,7 +17,7 @@ _API = "raylite.core.api.runtime"   # init, get, put, ...: also what the zygote 
 _HOMES = {
     **dict.fromkeys(("available_resources", "cancel", "cluster_resources", "get", "get_actor", "get_gpu_ids",
                      "is_initialized", "kill", "nodes", "put", "remote", "shutdown", "wait"), _API),
-    "get_runtime_context": "raylite.core.client.context",
+    "get_runtime_context": "raylite.core.api.context",
     "ObjectRef": "raylite.core.client.objects",
     "ActorClass": "raylite.core.api.remote", "ActorHandle": "raylite.core.api.remote", "method": "raylite.core.api.remote",
     "DynamicObjectRefGenerator": "raylite.core.client.streams", "ObjectRefGenerator": "raylite.core.client.streams",
@@ -44,7 +44,7 @@ if TYPE_CHECKING:   # what static analysers see (init with its full signature)
     from raylite.core.api.runtime import (available_resources, cancel, cluster_resources, get, get_actor, get_gpu_ids,
                                           init, is_initialized, kill, nodes, put, remote, shutdown, wait)
     from raylite.core.api.state import timeline
-    from raylite.core.client.context import get_runtime_context
+    from raylite.core.api.context import get_runtime_context
     from raylite.core.client.logging_config import LoggingConfig
     from raylite.core.client.objects import ObjectRef
     from raylite.core.client.objects import ObjectRef as ObjectID

@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Iterable, Iterator
 
-from raylite.core.client.objects import process
+from raylite.core.client.link import process
 from raylite.core.node import bars
 
 DEFAULT_FLUSH_INTERVAL_SECONDS = 1.0

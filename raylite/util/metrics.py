@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 import warnings
 
-from raylite.core.client import ray_backend
+from raylite.core.client import link
 from raylite.core.client.metrics import COUNTER, GAUGE, HISTOGRAM, store
 from raylite.core.client.metrics import prometheus_text as _prometheus_text
-from raylite.core.client.objects import process
 
 __all__ = ["Counter", "Gauge", "Histogram", "collect", "prometheus_text"]
 
@@ -48,7 +47,7 @@ class Metric:
     def _register(self, boundaries: tuple = ()) -> None:
         if self._discarded:
             return
-        if process.ray is not None or ray_backend.attach():
+        if link.on_ray():
             from ray.util import metrics as ray_metrics
             extra = {"boundaries": list(boundaries)} if self._kind == HISTOGRAM else {}
             self._ray = getattr(ray_metrics, type(self).__name__)(self._name, self._description,

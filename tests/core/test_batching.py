@@ -12,7 +12,7 @@ import pytest
 import raylite as ray
 from raylite import exceptions
 from raylite.core.node.lines import PREFETCH_MAX
-from raylite.core.client.objects import process
+from raylite.core.client.link import process
 
 pytestmark = [pytest.mark.local_only("white-box: the node's tasks sent ahead to a worker"),
               pytest.mark.parametrize("ray_start", [1], indirect=True)]

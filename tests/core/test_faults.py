@@ -14,7 +14,7 @@ import pytest
 import raylite as ray
 from raylite import exceptions
 from raylite.core.wire import segments
-from raylite.core.client.objects import process
+from raylite.core.client.link import process
 
 from backend import ON_RAY
 from helpers import REPO_ROOT, pid_alive, wait_until

@@ -91,7 +91,7 @@ def test_init_after_ray_closed_the_connection_itself_starts_afresh(monkeypatch):
     connection without raylite, and the next init is a new one, not a second init."""
     import ray
     from raylite.core.client import ray_backend
-    from raylite.core.client.objects import process
+    from raylite.core.client.link import process
     assert not ray.is_initialized()
     monkeypatch.setattr(process, "ray", ray_backend)   # as connect() leaves it
     monkeypatch.setattr(ray_backend, "connect", lambda *args, **kwargs: "connected")   # (no cluster needed)
@@ -99,13 +99,13 @@ def test_init_after_ray_closed_the_connection_itself_starts_afresh(monkeypatch):
 
 
 def test_register_serializer_refuses_bad_arguments_on_the_ray_backend_too(monkeypatch):
-    from raylite.core.client import ray_backend
+    from raylite.core.client import link
     from raylite.util import register_serializer
 
     class Unsent:
         pass
 
-    monkeypatch.setattr(ray_backend, "active", lambda: True)   # (Ray's own register_serializer takes anything)
+    monkeypatch.setattr(link, "on_ray", lambda: True)   # (Ray's own register_serializer takes anything)
     with pytest.raises(TypeError, match="serializer must be callable, got None"):
         register_serializer(Unsent, serializer=None, deserializer=str)
 

@@ -384,7 +384,7 @@ def test_records_drop_oldest_finished_and_keep_unfinished():
 
 
 def test_on_the_ray_backend_the_calls_are_rays(monkeypatch):
-    from raylite.core.client.objects import process
+    from raylite.core.client.link import process
     calls = []
     rays_state = types.SimpleNamespace(
         list_tasks=lambda *args: calls.append(("list_tasks", args)) or ["ray's"],

@@ -342,7 +342,7 @@ def test_cancel_force_is_refused_for_an_actor_call(ray_start, tmp_path):
 
 def test_on_the_ray_backend_the_new_calls_are_rays(monkeypatch):
     import types
-    from raylite.core.client.objects import process
+    from raylite.core.client.link import process
     calls = []
 
     def recorder(name, result):

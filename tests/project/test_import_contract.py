@@ -41,14 +41,13 @@ UPWARD_ALLOWED = {
 UTIL_CORE_ALLOWED = {
     ("raylite.util", "raylite.core.api.runtime"),
     ("raylite.util.check_serialize", "raylite.core.wire.serialization"),
+    ("raylite.util.metrics", "raylite.core.client.link"),
     ("raylite.util.metrics", "raylite.core.client.metrics"),
-    ("raylite.util.metrics", "raylite.core.client.objects"),
-    ("raylite.util.metrics", "raylite.core.client.ray_backend"),
     ("raylite.util.placement", "raylite.core.api.runtime"),
     ("raylite.util.placement_group", "raylite.core.api.placement_groups"),
     ("raylite.util.scheduling_strategies", "raylite.core.wire.labels"),
     ("raylite.util.scheduling_strategies", "raylite.core.api.placement_groups"),
-    ("raylite.util.serialization", "raylite.core.client.ray_backend"),
+    ("raylite.util.serialization", "raylite.core.client.link"),
     ("raylite.util.serialization", "raylite.core.wire.serialization"),
     ("raylite.util.state", "raylite.core.api.state"),
     ("raylite.util.state", "raylite.core.api.state_logs"),
@@ -63,23 +62,12 @@ LAYERS = ["wire", "hardware", "envs", "client", "worker", "node", "api"]
 
 # a layer -> a layer above it, today: the seams of issue 26 item 1 remove them; the list may only shrink
 LAYER_BREACHES = {
-    ("raylite.core.client.context", "raylite.core.api.runtime"),          # auto-init; the dashboard's url
-    ("raylite.core.client.context", "raylite.core.api.actor_class"),      # current_actor builds an ActorHandle
-    ("raylite.core.client.objects", "raylite.core.api.runtime"),          # ObjectRef.future's get
     ("raylite.core.node.manager", "raylite.core.api.placement_groups"),   # the scheduler's PlacementGroup
 }
 
 # core's import edges that close a cycle today, all function-level: a lower module reaching up into
 # the API layer (issue 26's seams remove them). Without them core's imports form no cycle.
 CYCLE_EDGES = {
-    ("raylite.core.client.context", "raylite.core.api.runtime"),           # auto-init; the dashboard's url
-    ("raylite.core.client.context", "raylite.core.api.actor_class"),       # current_actor builds an ActorHandle
-    ("raylite.core.api.control", "raylite.core.api.runtime"),              # stop's shutdown
-    ("raylite.core.client.objects", "raylite.core.api.runtime"),           # ObjectRef.future's get
-    ("raylite.core.client.objects", "raylite.core.client.ray_backend"),    # isinstance attaches to Ray
-    ("raylite.core.api.startup", "raylite.core.api.runtime"),              # RayContext.disconnect's shutdown
-    ("raylite.core.api.state", "raylite.core.api.runtime"),                # the client, is_initialized
-    ("raylite.core.api.submission", "raylite.core.api.runtime"),           # auto-init
     ("raylite.core.api.submission", "raylite.core.api.placement_groups"),  # placement_of parses the options
 }
 

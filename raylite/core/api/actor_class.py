@@ -8,7 +8,8 @@ import os
 from raylite.core.api import submission
 from raylite.core.api.options import ACTOR_OPTIONS, METHOD_OPTIONS, check
 from raylite.core.api.options import retry_on as _retry_on
-from raylite.core.client.objects import BackendType, ObjectRef, next_id, process
+from raylite.core.client.objects import BackendType, ObjectRef
+from raylite.core.client.link import next_id, process
 from raylite.core.wire import refs, signatures
 from raylite.core.wire.protocol import TaskSpec
 from raylite.core.wire.resources import SCALE

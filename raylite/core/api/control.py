@@ -182,15 +182,14 @@ def answer(node, info: dict, req: dict):
     raise ValueError(f"unknown request op={op!r} (info, status, list, summary, timeline, logs, panels, stop)")
 
 
-def _stop() -> None:
+def _stop(shutdown: Callable[[], None]) -> None:
     """`raylite stop`: Ctrl-C's KeyboardInterrupt in the main thread, so the program unwinds and
     shuts down as it would then. A program that ignores SIGINT (started with `&` or nohup) gets
-    the runtime shut down here, then SIGTERM."""
+    the runtime shut down here (``shutdown``, init's counterpart that started this), then SIGTERM."""
     if callable(signal.getsignal(signal.SIGINT)):
         os.kill(os.getpid(), signal.SIGINT)
         return
-    from raylite.core.api import runtime as api
-    api.shutdown()
+    shutdown()
     os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -204,8 +203,9 @@ class Endpoint:
     """The socket server of one session, and its dashboard if one was asked for: one thread
     watches both sockets. ``close`` stops both and removes the session directory."""
 
-    def __init__(self, node, info: dict, serve: bool, dashboard=None):
+    def __init__(self, node, info: dict, serve: bool, dashboard, shutdown: Callable[[], None]):
         self.node, self.info, self.dashboard, self.serve = node, info, dashboard, serve
+        self.shutdown = shutdown   # what `raylite stop` runs when the program ignores SIGINT
         self.dir: str | None = None   # set in the thread (the temp directory's lookup imports tempfile)
         self._sock: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -248,7 +248,7 @@ class Endpoint:
                 with conn:
                     stop = self._serve(conn)
                 if stop:   # once the reply is sent and the connection closed
-                    _stop()
+                    _stop(self.shutdown)
 
     def _serve(self, conn: socket.socket) -> bool:
         """Answer one request; whether it was a `stop` that the reply accepted."""
@@ -313,12 +313,13 @@ def enabled() -> bool:
     return value not in ("0", "false", "off")
 
 
-def start(node, serve: bool, dashboard=None) -> Endpoint | None:
+def start(node, serve: bool, dashboard, shutdown: Callable[[], None]) -> Endpoint | None:
     """This driver's session: its endpoint (a thread does the work) when ``serve``, and the
-    dashboard (raylite.core.api.dashboard) bound ahead, now given the node; None when neither runs."""
+    dashboard (raylite.core.api.dashboard) bound ahead, now given the node; None when neither runs.
+    ``shutdown``: the runtime's, for `raylite stop`."""
     if not serve and dashboard is None:
         return None
     info = session_info(node, dashboard.url if dashboard is not None else None)
     if dashboard is not None:
         dashboard.start(node, info)
-    return Endpoint(node, info, serve, dashboard)
+    return Endpoint(node, info, serve, dashboard, shutdown)

@@ -8,8 +8,9 @@ more than one bundle cannot be placed and is an error. On the Ray backend these 
 """
 from __future__ import annotations
 
-from raylite.core.client import context
-from raylite.core.client.objects import ObjectRef, check_timeout, next_id, process
+from raylite.core.client import context, link
+from raylite.core.client.objects import ObjectRef, check_timeout
+from raylite.core.client.link import next_id, process
 from raylite.core.wire.ids import PlacementGroupID
 from raylite.core.wire.resources import from_fixed, to_fixed
 
@@ -214,8 +215,7 @@ def _check_group(group, what: str) -> None:
 
 def _ray_util():
     """``ray.util`` while raylite runs on Ray (also inside Ray's own workers), else None."""
-    from raylite.core.client import ray_backend
-    if process.client is None and (process.ray is not None or ray_backend.attach()):
+    if link.on_ray():
         return process.ray.util()
     return None
 

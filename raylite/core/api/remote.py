@@ -10,7 +10,7 @@ from raylite.core.api.actor_class import ActorClass, ActorClassInheritanceExcept
 from raylite.core.api.options import METHOD_OPTIONS, TASK_OPTIONS, check
 from raylite.core.api.options import retry_on as _retry_on
 from raylite.core.client import context
-from raylite.core.client.objects import next_id, process
+from raylite.core.client.link import next_id, process
 from raylite.core.wire import signatures
 from raylite.core.wire.signatures import is_coroutine_function
 from raylite.core.wire.protocol import TaskSpec

@@ -9,8 +9,9 @@ from raylite import exceptions
 from raylite.core.api.remote import ActorClass, ActorHandle, RemoteFunction
 from raylite.core.api.startup import (RayContext, accelerator_part, anonymous_namespace, node_totals,
                                       session_log_dir, use_ray)
-from raylite.core.client import context, ray_backend
-from raylite.core.client.objects import ObjectRef, check_timeout, next_id, process
+from raylite.core.client import context, link, ray_backend
+from raylite.core.client.objects import ObjectRef, check_timeout
+from raylite.core.client.link import next_id, process
 from raylite.core.client.streams import ObjectRefGenerator
 from raylite.core.wire import segments, serialization
 from raylite.core.wire.ids import NODE_IP
@@ -70,8 +71,9 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             raise TypeError(f"init()'s first argument is Ray's address ('auto', 'ray://host:10001', ...), "
                             f"got address={address!r}; pass num_cpus=... and the others by keyword")
         with _lock:
-            ray_backend.forget_if_disconnected()
-            if process.client is not None or process.ray is not None or ray_backend.attach():
+            if process.ray is not None and process.ray.disconnected():
+                process.ray = None
+            if process.client is not None or link.on_ray():
                 if ignore_reinit_error:   # also true inside tasks and actors
                     return _context()
                 raise RuntimeError("Maybe you called ray.init twice by accident? This error can be suppressed "
@@ -82,7 +84,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 warnings.warn("init(local_mode=True) is not supported (Ray deprecated it): tasks and actors run in "
                               "worker processes as usual", stacklevel=2)
             if use_ray(address, backend):
-                return ray_backend.connect(
+                info = ray_backend.connect(
                     address if address is not None else os.environ.get("RAY_ADDRESS") or None,
                     ignore_reinit_error, log_to_driver, configure_logging, num_cpus=num_cpus, num_gpus=num_gpus,
                     resources=resources, object_store_memory=object_store_memory, namespace=namespace,
@@ -92,6 +94,8 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                     _system_config=_system_config, _memory=_memory,
                     **({"logging_config": logging_config} if logging_config is not None else {}),
                     **({"labels": labels} if labels is not None else {}))
+                process.ray = ray_backend   # routing through Ray from now on
+                return info
             from raylite.core.api import control
             from raylite.core.api.job_config import local_settings
             from raylite.core.envs import runtime_env as runtime_envs
@@ -144,7 +148,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 raise
             process.client = DriverClient(_node)
             process.index = 0
-            _endpoint, dashboard = control.start(_node, control_on, dashboard), None
+            _endpoint, dashboard = control.start(_node, control_on, dashboard, shutdown), None
             context.set_process(job_id="01000000", node_id=node_id, worker_id=0, namespace=namespace,
                                 labels=node_labels)
             if logging_config is not None:
@@ -165,17 +169,13 @@ def dashboard_url() -> str | None:
 def _context():
     if process.ray is not None:
         return process.ray.context()
-    return RayContext(node_ip_address=NODE_IP, session_dir=segments.SHM_DIR, address="local",
-                      dashboard_url=dashboard_url(), node_id=context.get_runtime_context().get_node_id())
+    return RayContext(shutdown, node_ip_address=NODE_IP, session_dir=segments.SHM_DIR, address="local",
+                      dashboard_url=dashboard_url(), node_id=context.state.node_id)
 
 
 def is_initialized() -> bool:
     """Whether ``init`` has run in this process (inside tasks and actors: always True)."""
-    if process.client is not None:
-        return True
-    if process.ray is not None:
-        return process.ray.is_initialized()
-    return ray_backend.attach()
+    return link.is_initialized()
 
 
 def shutdown(_exiting_interpreter: bool = False) -> None:
@@ -184,7 +184,8 @@ def shutdown(_exiting_interpreter: bool = False) -> None:
     global _node, _endpoint
     with _lock:
         if process.ray is not None:
-            process.ray.shutdown(_exiting_interpreter)
+            ray, process.ray = process.ray, None
+            ray.shutdown(_exiting_interpreter)
         node, _node = _node, None
         if node is None:
             return
@@ -196,16 +197,6 @@ def shutdown(_exiting_interpreter: bool = False) -> None:
 
 
 atexit.register(shutdown, _exiting_interpreter=True)
-
-
-def _require_client():
-    """The local runtime's client, or None while the Ray backend runs."""
-    client = process.client
-    if client is None:
-        if process.ray is not None or ray_backend.attach():
-            return None
-        raise exceptions.RaySystemError("raylite is not initialized: call raylite.init() first")
-    return client
 
 
 def _check_refs(refs, what: str) -> list[ObjectRef]:
@@ -242,7 +233,7 @@ def get(object_refs, *, timeout: float | None = None):
             raise ValueError(f"Invalid type of object refs, {type(object_refs).__name__}, is given: get() expects "
                              f"an ObjectRef or a list of ObjectRefs")   # (a ValueError, as Ray's)
     refs = [object_refs] if single else _check_refs(object_refs, "get()")
-    client = _require_client()
+    client = link.require()
     if client is None:
         return process.ray.get(object_refs, timeout)
     values = [_value(v) for v in client.get([r.id for r in refs], timeout)]
@@ -288,7 +279,7 @@ def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fet
         raise ValueError("wait() got duplicate ObjectRefs")
     if not isinstance(num_returns, int) or not 1 <= num_returns <= len(refs):
         raise ValueError(f"num_returns must be between 1 and the number of refs ({len(refs)}), got {num_returns!r}")
-    client = _require_client()
+    client = link.require()
     if client is None:
         return process.ray.wait(refs, num_returns, timeout, fetch_local)
     ids = [-r.completed().id if isinstance(r, ObjectRefGenerator) else r.id for r in refs]
@@ -309,7 +300,7 @@ def put(value, *, _owner: ActorHandle | None = None) -> ObjectRef:
         raise TypeError("Calling put() on an ObjectRef is not allowed; pass the ref itself instead")
     if _owner is not None and not isinstance(_owner, ActorHandle):
         raise TypeError(f"put()'s _owner must be an actor handle (or None), got {type(_owner).__name__}")
-    client = process.client or _require_client_or_init()
+    client = link.local_or_start()
     if client is None:
         return process.ray.put(value, _owner)
     try:
@@ -323,12 +314,6 @@ def put(value, *, _owner: ActorHandle | None = None) -> ObjectRef:
     return ObjectRef(oid, True)
 
 
-def _require_client_or_init():
-    if process.ray is None and not ray_backend.attach():
-        init()
-    return process.client
-
-
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
     """End an actor at once: its pending calls fail with ``ActorDiedError`` and no shutdown hook runs.
 
@@ -336,11 +321,11 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
         actor: the handle of the actor to end.
         no_restart: True: for good; False: it restarts if its ``max_restarts`` allows.
     """
-    if _require_client() is None:
+    if link.require() is None:
         return process.ray.kill(actor, no_restart)
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
-    _require_client().kill(actor._actor_id, no_restart)
+    link.require().kill(actor._actor_id, no_restart)
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
@@ -357,7 +342,7 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"ray.cancel() only supported for object refs. For actors, try ray.kill(). "
                         f"Got: {type(object_ref).__name__}.")
-    client = _require_client()
+    client = link.require()
     if client is None:
         return process.ray.cancel(object_ref, force, recursive)
     if force and object_ref.id in client.state("actor_calls", False)[0]:
@@ -372,7 +357,7 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
         name: the name given with ``.options(name=...)``.
         namespace: the namespace to look in (default: the job's).
     """
-    client = _require_client()
+    client = link.require()
     if client is None:
         return process.ray.get_actor(name, namespace)
     if not isinstance(name, str) or not name:
@@ -386,49 +371,49 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
 def list_named_actors(all_namespaces: bool = False) -> list:
     """Names of the live named actors in the job's namespace, or with all_namespaces=True a
     {"name", "namespace"} dict for each one anywhere (as ray.util.list_named_actors)."""
-    client = _require_client()
+    client = link.require()
     if client is None:
         return process.ray.list_named_actors(all_namespaces)
     named = client.named_actors()
     if all_namespaces:
         return [{"name": name, "namespace": namespace} for namespace, name in named]
-    current = context.get_runtime_context().namespace
+    current = context.state.namespace
     return [name for namespace, name in named if namespace == current]
 
 
 def cluster_resources() -> dict[str, float]:
     """Every resource the node (or the Ray cluster) has, ``{"CPU": 2.0, ...}``."""
-    client = _require_client()
+    client = link.require()
     return process.ray.cluster_resources() if client is None else client.resources()[0]
 
 
 def available_resources() -> dict[str, float]:
     """The resources not held by running tasks and actors right now."""
-    client = _require_client()
+    client = link.require()
     return process.ray.available_resources() if client is None else client.resources()[1]
 
 
 def nodes() -> list[dict]:
     """Ray's node records (``NodeID``, ``Alive``, ``Resources``, ``Labels``, ...): one here."""
-    if _require_client() is None:
+    if link.require() is None:
         return process.ray.nodes()
     total = cluster_resources()
-    return [{"NodeID": context.get_runtime_context().get_node_id(), "Alive": True,
+    return [{"NodeID": context.state.node_id, "Alive": True,
              "NodeManagerAddress": NODE_IP, "Resources": total, "Labels": context.node_labels()}]
 
 
 def get_node_ip_address() -> str:
     """The address other nodes reach this process's node at (loopback on the local runtime)."""
-    if process.client is None and (process.ray is not None or ray_backend.attach()):
+    if link.on_ray():
         return process.ray.get_node_ip_address()
     return NODE_IP
 
 
 def get_gpu_ids() -> list:
     """The GPUs the current task or actor holds (ints where the ids are numbers)."""
-    if process.client is None and (process.ray is not None or ray_backend.attach()):
+    if link.local_or_start() is None:   # (a driver without a runtime starts one, as Ray's does)
         return process.ray.get_gpu_ids()
-    ids = context.get_runtime_context().get_accelerator_ids().get("GPU", [])
+    ids = context.now().accelerator_ids.get("GPU", [])
     return [int(i) if i.isdigit() else i for i in ids]
 
 
@@ -476,3 +461,6 @@ def _make_remote(target, options: dict):
     if callable(target):
         return RemoteFunction(target, options)
     raise TypeError(f"@remote must decorate a function or a class, got {type(target).__name__}")
+
+
+link.register(start=init, get=get)   # auto-init and ObjectRef.future, for the layers below

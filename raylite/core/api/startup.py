@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from raylite.core.hardware import machine
 from raylite.core.wire.ids import NODE_IP
@@ -12,7 +13,12 @@ from raylite.core.wire.resources import ACCELERATOR_RESOURCES, SCALE, format_byt
 
 
 class RayContext(dict):
-    """What `init` returns; Ray's context is dict-like too, with a few attributes."""
+    """What `init` returns; Ray's context is dict-like too, with a few attributes. ``shutdown``:
+    the runtime's (raylite.core.api.runtime builds this context, and imports this module)."""
+
+    def __init__(self, shutdown: Callable[[], None], **info):
+        super().__init__(**info)
+        self._shutdown = shutdown
 
     def __enter__(self):
         return self
@@ -22,8 +28,7 @@ class RayContext(dict):
 
     def disconnect(self) -> None:
         """Ray's way out of a job (its namespaces docs use it): here, shutdown()."""
-        from raylite.core.api.runtime import shutdown   # (api builds this context: its module imports this one)
-        shutdown()
+        self._shutdown()
 
     @property
     def address_info(self) -> dict:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import sys
 import warnings
 
-from raylite.core.client import ray_backend
-from raylite.core.client.objects import ObjectRef, process
+from raylite.core.client import link
+from raylite.core.client.objects import ObjectRef
+from raylite.core.client.link import process
 from raylite.core.node import events
 
 DEFAULT_LIMIT = 100
@@ -121,14 +122,13 @@ class ClusterEventState(StateRecord):
 # ---------------------------------------------------------------- plumbing
 def _ray_state():
     """Ray's ``ray.util.state`` while raylite runs on Ray, else None."""
-    if process.client is None and (process.ray is not None or ray_backend.attach()):
+    if link.on_ray():
         return process.ray.state_api()
     return None
 
 
 def _query(what: str, detail: bool) -> tuple[list[dict], int]:
-    from raylite.core.api.runtime import _require_client
-    return _require_client().state(what, detail)
+    return link.require().state(what, detail)
 
 
 def _checked(filters, cls: type[StateRecord]) -> list[tuple]:
@@ -342,8 +342,7 @@ def summarize_objects(address: str | None = None, timeout: int = DEFAULT_RPC_TIM
 def timeline(filename: str | None = None) -> list[dict] | None:
     """The finished tasks kept (see list_tasks) as Chrome trace events (chrome://tracing,
     Perfetto): the list, or, given ``filename``, written there as JSON."""
-    from raylite.core.api import runtime as api
-    if not api.is_initialized():
+    if not link.is_initialized():
         raise RuntimeError("Ray has not been started yet. Timeline requires Ray to be initialized first.")
     if process.client is None:
         return process.ray.timeline(filename)

@@ -37,7 +37,7 @@ def _check_node(node_id: str | None, node_ip: str | None) -> None:
     if node_id is None and node_ip is None:
         return
     from raylite.core.wire.ids import NODE_IP
-    from raylite.core.client.context import RuntimeContext
+    from raylite.core.api.context import RuntimeContext
     own = RuntimeContext().get_node_id()   # (not get_runtime_context(): asking must not start a runtime)
     if node_id is not None and node_id != own:
         raise ValueError(f"node_id={node_id!r} is not a node of this runtime (its one node is {own!r})")

@@ -7,8 +7,9 @@ from __future__ import annotations
 import warnings
 
 from raylite import exceptions
-from raylite.core.client import context, ray_backend, streams
-from raylite.core.client.objects import ObjectRef, next_id, process
+from raylite.core.client import context, link, streams
+from raylite.core.client.objects import ObjectRef
+from raylite.core.client.link import next_id, process
 from raylite.core.envs import runtime_env
 from raylite.core.wire import serialization
 from raylite.core.wire.protocol import TaskSpec
@@ -77,10 +78,7 @@ def unschedulable(options: dict, name: str) -> str | None:
 def client():
     """The local runtime's client (started with defaults if need be, as Ray does), or None when
     the Ray backend runs: then ``process.ray`` takes the call."""
-    if process.client is None and process.ray is None and not ray_backend.attach():
-        from raylite.core.api import runtime as api
-        api.init()
-    return process.client
+    return link.local_or_start()
 
 
 def pack_args(name: str, args: tuple, kwargs: dict, prefix: str):

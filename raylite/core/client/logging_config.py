@@ -51,14 +51,15 @@ class LoggingConfig:
 
 
 def _context() -> dict:
-    from raylite.core.client.context import RuntimeContext, connected
-    if not connected():   # a record logged after shutdown(): no ids to give (and none to make up)
+    from raylite.core.client import context
+    if not context.connected():   # a record logged after shutdown(): no ids to give (and none to make up)
         return {}
-    ctx = RuntimeContext()
-    out = {"job_id": ctx.get_job_id(), "worker_id": ctx.get_worker_id(), "node_id": ctx.get_node_id()}
-    for key, value in (("actor_id", ctx.get_actor_id()), ("task_id", ctx.get_task_id()),
-                       ("actor_name", ctx.get_actor_name() or None), ("task_name", ctx.get_task_name()),
-                       ("task_func_name", ctx.get_task_function_name())):
+    state, call = context.state, context.now()
+    out = {"job_id": state.job_id, "worker_id": f"{state.worker_id:016x}", "node_id": state.node_id}
+    for key, value in (("actor_id", None if call.actor_id is None else f"{call.actor_id:028x}"),
+                       ("task_id", None if call.task_id is None else f"{call.task_id:028x}"),
+                       ("actor_name", (state.actor_name or None) if call.actor_id is not None else None),
+                       ("task_name", call.name or None), ("task_func_name", context.task_function_name())):
         if value is not None:
             out[key] = value
     return out

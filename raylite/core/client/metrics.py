@@ -171,7 +171,7 @@ store = MetricStore()
 
 def _in_a_worker() -> None:
     """Imported in a task or actor (by its user code, after the worker's start): forward points."""
-    from raylite.core.client.objects import process
+    from raylite.core.client.link import process
     client = process.client
     if process.index and client is not None and hasattr(client, "chan"):   # a WorkerClient, not the driver's
         store.forwarding = True

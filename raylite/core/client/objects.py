@@ -1,4 +1,5 @@
-"""ObjectRef and the per-process link to the runtime that owns the objects.
+"""ObjectRef: a handle to a value in the driver's object table (this process's link to the runtime
+that owns the objects is raylite.core.client.link).
 
 Each live ObjectRef, in any process, counts as one reference in the driver's object table; when
 it is garbage collected the count drops and the value (and its shared-memory segments) is freed
@@ -9,25 +10,13 @@ and every copy unpickled from it is a new counted ref. A ref pickled any other w
 """
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 import threading
 
+from raylite.core.client import link
+from raylite.core.client.link import process
 from raylite.core.wire import refs
-
-
-class _Process:
-    """Which client this process talks through, and how it mints ids."""
-
-    client = None          # DriverClient in the driver, WorkerClient in a worker
-    ray = None             # the ray_backend module while raylite runs on Ray (then client is None)
-    index = 0              # 0 for the driver; workers get 1, 2, ...
-    runtime_env = None     # a worker's own runtime_env, inherited by what it submits
-    counter = itertools.count(1)
-
-
-process = _Process()
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -50,16 +39,6 @@ def _borrowed(object_id: int) -> ObjectRef:
     return ObjectRef(object_id, True)
 
 
-def next_id() -> int:
-    """Ids unique in the session without a round trip: process index in the high bits."""
-    return (process.index << 40) | next(process.counter)
-
-
-def minted_by(object_id: int) -> int:
-    """The index of the process whose next_id() made an id: for a task, who submitted it."""
-    return object_id >> 40
-
-
 class BackendType(type):
     """``isinstance(x, raylite.ObjectRef)`` (or ``ActorHandle``) also holds for Ray's own refs and
     handles while the Ray backend runs, so code written against raylite's names ports as is."""
@@ -67,11 +46,7 @@ class BackendType(type):
     def __instancecheck__(cls, obj) -> bool:
         if type.__instancecheck__(cls, obj):
             return True
-        if process.ray is None and process.client is None:   # maybe in a Ray worker: attach
-            from raylite.core.client import ray_backend
-            ray_backend.attach()
-        ray = process.ray
-        return ray is not None and isinstance(obj, ray.counterpart(cls))
+        return link.on_ray() and isinstance(obj, process.ray.counterpart(cls))   # (attaches in a Ray worker)
 
 
 class ObjectRef(metaclass=BackendType):
@@ -137,9 +112,8 @@ class ObjectRef(metaclass=BackendType):
         fut: Future = Future()
 
         def resolve():
-            from raylite.core.api import runtime as api
             try:
-                fut.set_result(api.get(self))
+                fut.set_result(link.get(self))
             except BaseException as e:  # noqa: BLE001 - handed to the future
                 fut.set_exception(e)
 

@@ -1,10 +1,10 @@
 """The Ray backend: raylite's public API carried out by a real Ray cluster.
 
 Selected by ``init(address=...)``, ``init(backend="ray")`` or ``RAY_ADDRESS``; inside Ray's own
-worker processes raylite attaches to it by itself (``attach``), so a task that calls
-``raylite.get`` or starts a ``Trainer`` uses the cluster it runs on. The API in ``api`` and
-``remote`` asks ``process.ray`` (this module, or None for the local runtime) first; nothing above
-``core`` knows which backend runs it. Ray is imported only here, and only when asked for.
+worker processes raylite attaches to it by itself (raylite.core.client.link.attach), so a task
+that calls ``raylite.get`` or starts a ``Trainer`` uses the cluster it runs on. The API asks
+``process.ray`` (this module, or None for the local runtime) first; nothing above ``core`` knows
+which backend runs it. Ray is imported only here, and only when asked for.
 
 Ray's errors are re-raised as raylite's exception classes of the same name, so code that catches
 ``raylite.exceptions.X`` behaves the same on both backends; a task's error stays an instance of
@@ -18,7 +18,6 @@ import socket
 import sys
 
 from raylite import exceptions
-from raylite.core.client.objects import process
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 INSTALL_HINT = "pip install 'raylite[ray]'"
@@ -58,7 +57,7 @@ def connect(address: str | None, ignore_reinit_error: bool, log_to_driver: bool,
                               f"one with `ray start --head`, or pass the address that `ray start` "
                               f"printed.") from e
     global _connected
-    process.ray, _connected = sys.modules[__name__], True
+    _connected = True
     return info
 
 
@@ -90,22 +89,6 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
                               f"here?") from None
 
 
-def attach() -> bool:
-    """True (and routing through Ray from now on) inside a process Ray has initialised: Ray's
-    workers, or a driver whose user called ``ray.init`` directly."""
-    ray = sys.modules.get("ray")
-    if ray is None or not hasattr(ray, "is_initialized") or not ray.is_initialized():
-        return False
-    process.ray = sys.modules[__name__]
-    return True
-
-
-def active() -> bool:
-    """Whether raylite runs on Ray in this process: connected by ``init``, or inside a process Ray
-    has initialised (a Ray worker, attached to here on first use)."""
-    return process.ray is not None or (process.client is None and attach())
-
-
 def context():
     """What a repeated ``init(ignore_reinit_error=True)`` returns: Ray's own context."""
     return _ray().init(ignore_reinit_error=True)
@@ -115,22 +98,24 @@ _connected = False   # whether raylite's init made this process's Ray connection
 
 
 def shutdown(exiting_interpreter: bool = False) -> None:
-    """Stop routing through Ray, and disconnect; at interpreter exit only a connection raylite
-    made itself (a Ray worker that raylite attached to is Ray's to tear down)."""
+    """Disconnect (the caller stops routing through Ray); at interpreter exit only a connection
+    raylite made itself (a Ray worker that raylite attached to is Ray's to tear down)."""
     global _connected
-    process.ray = None
     if _connected or not exiting_interpreter:
         _ray().shutdown()
     _connected = False
 
 
-def forget_if_disconnected() -> None:
-    """Ray's own shutdown (``ray.shutdown()``, the ``disconnect()`` or ``with`` of the context
-    ``init`` returned, which is Ray's) ends the connection without raylite: stop routing to it,
-    so the next ``init`` starts afresh instead of calling itself a second one."""
+def disconnected() -> bool:
+    """Whether Ray's own shutdown (``ray.shutdown()``, the ``disconnect()`` or ``with`` of the
+    context ``init`` returned, which is Ray's) ended the connection without raylite: then it is
+    forgotten, and the caller stops routing to it, so the next ``init`` starts afresh instead of
+    calling itself a second one."""
     global _connected
-    if process.ray is not None and not _ray().is_initialized():
-        process.ray, _connected = None, False
+    if _ray().is_initialized():
+        return False
+    _connected = False
+    return True
 
 
 def is_initialized() -> bool:

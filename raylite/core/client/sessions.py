@@ -55,7 +55,7 @@ def session_private_dir() -> str:
     runtime removes it with everything in it when the session ends: at shutdown, and when the
     driver dies (its zygote does, a SIGKILL included). RuntimeError unless the local runtime runs
     (the Ray backend has no such directory)."""
-    from raylite.core.client.objects import process
+    from raylite.core.client.link import process
     from raylite.core.wire.segments import session_of
     if process.client is None:
         raise RuntimeError("session_private_dir: the local raylite runtime is not running (call init first)")

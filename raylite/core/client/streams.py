@@ -13,7 +13,9 @@ ref, and lets go of the rest when the generator (its completion ref) is dropped.
 """
 from __future__ import annotations
 
-from raylite.core.client.objects import BackendType, ObjectRef, process
+from raylite.core.client.objects import BackendType, ObjectRef
+
+from raylite.core.client.link import process
 
 MODES = ("streaming", "dynamic")
 _ITEM_TAG = 1 << 100       # above every id next_id() makes

@@ -7,7 +7,7 @@ import signal
 import sys
 
 from raylite import exceptions
-from raylite.core.client.objects import minted_by
+from raylite.core.client.link import minted_by
 from raylite.core.node.records import Actor
 from raylite.core.wire.protocol import TaskSpec
 from raylite.core.wire.serialization import error_value

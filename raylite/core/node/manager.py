@@ -14,7 +14,7 @@ from collections import deque
 
 from raylite import exceptions
 from raylite.core.client import streams
-from raylite.core.client.objects import minted_by
+from raylite.core.client.link import minted_by
 from raylite.core.envs import runtime_env
 from raylite.core.node.actors import ActorLifecycle
 from raylite.core.node.cancellation import Cancellation

@@ -10,7 +10,8 @@ import os
 import socket
 import sys
 
-from raylite.core.client import context, objects
+from raylite.core.client import context
+from raylite.core.client.link import process
 
 from raylite.core.envs import runtime_env
 from raylite.core.wire.protocol import (CANCEL_CALL, EXIT, FORGET, HELLO, REPLY, RELEASED, RUN, UNPREFETCH, Channel,
@@ -137,9 +138,9 @@ def run(config: dict, ctrl_fd: int, out_fd: int, err_fd: int, progress_fd: int =
         pass
     chan = Channel(socket.socket(fileno=ctrl_fd))
     client = WorkerClient(chan, config["shm_prefix"], NodeResources(config["totals"], config["device_ids"]))
-    objects.process.client = client
-    objects.process.index = config["index"]
-    objects.process.runtime_env = config["runtime_env"]
+    process.client = client
+    process.index = config["index"]
+    process.runtime_env = config["runtime_env"]
     context.set_process(job_id=config["job_id"], node_id=config["node_id"], worker_id=config["index"],
                         restarted=config["restarted"], namespace=config["namespace"], labels=config["labels"])
     if config["logging"] is not None:

@@ -1,0 +1,103 @@
+"""This process's link to the runtime: the client it talks through (the driver's or a worker's, see
+raylite.core.client.interface), Ray while raylite runs on it, how it mints ids, and the hooks the
+API layer registers when it is imported. Code below the API reaches the runtime only through here:
+``require()`` for the client, ``on_ray()`` for the Ray backend, ``local_or_start()`` where Ray's
+API starts a runtime by itself."""
+from __future__ import annotations
+
+import itertools
+import sys
+
+from raylite import exceptions
+
+TYPE_CHECKING = False   # typing's flag (type checkers read it as True) without importing typing here
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from raylite.core.client.interface import Client
+
+
+class _Process:
+    """Which client this process talks through, and how it mints ids."""
+
+    client: Client | None = None   # DriverClient in the driver, WorkerClient in a worker
+    ray = None             # the ray_backend module while raylite runs on Ray (then client is None)
+    index = 0              # 0 for the driver; workers get 1, 2, ...
+    runtime_env = None     # a worker's own runtime_env, inherited by what it submits
+    counter = itertools.count(1)
+
+
+process = _Process()
+
+# the API layer's init (with its defaults) and get, registered by raylite.core.api.runtime when it
+# is imported: what auto-init and ObjectRef.future call, so no layer below imports the API
+_hooks: dict[str, Callable] = {}
+
+
+def register(*, start: Callable[[], object], get: Callable) -> None:
+    _hooks.update(start=start, get=get)
+
+
+def _hook(name: str) -> Callable:
+    hook = _hooks.get(name)
+    if hook is None:   # only raylite.core.api.runtime makes runtimes and refs that resolve
+        raise exceptions.RaySystemError("raylite is not initialized: call raylite.init() first")
+    return hook
+
+
+def attach() -> bool:
+    """True (and routing through Ray from now on) inside a process Ray has initialised: Ray's
+    workers, or a driver whose user called ``ray.init`` directly."""
+    ray = sys.modules.get("ray")
+    if ray is None or not hasattr(ray, "is_initialized") or not ray.is_initialized():
+        return False
+    from raylite.core.client import ray_backend
+    process.ray = ray_backend
+    return True
+
+
+def on_ray() -> bool:
+    """Whether raylite runs on Ray in this process: connected by ``init``, or inside a process Ray
+    has initialised (a Ray worker, attached to here on first use)."""
+    return process.ray is not None or (process.client is None and attach())
+
+
+def is_initialized() -> bool:
+    """Whether ``init`` has run in this process (inside tasks and actors: always True)."""
+    if process.client is not None:
+        return True
+    if process.ray is not None:
+        return process.ray.is_initialized()
+    return attach()
+
+
+def require() -> Client | None:
+    """The local runtime's client, or None while the Ray backend runs (``process.ray`` takes the
+    call); RaySystemError when no runtime runs."""
+    client = process.client
+    if client is None and not on_ray():
+        raise exceptions.RaySystemError("raylite is not initialized: call raylite.init() first")
+    return client
+
+
+def local_or_start() -> Client | None:
+    """The local runtime's client, started with init()'s defaults if none runs (as Ray's API
+    does), or None while the Ray backend runs."""
+    if process.client is None and not on_ray():
+        _hook("start")()
+    return process.client
+
+
+def get(refs, timeout: float | None = None):
+    """The API's ``get`` (for ObjectRef.future, which the layer below it holds)."""
+    return _hook("get")(refs, timeout=timeout)
+
+
+def next_id() -> int:
+    """Ids unique in the session without a round trip: process index in the high bits."""
+    return (process.index << 40) | next(process.counter)
+
+
+def minted_by(object_id: int) -> int:
+    """The index of the process whose next_id() made an id: for a task, who submitted it."""
+    return object_id >> 40
