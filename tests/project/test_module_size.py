@@ -11,7 +11,7 @@ LIMIT = 500
 
 # path under raylite/: the line count it may not exceed (split it rather than raise the number)
 OVER_LIMIT = {
-    "core/node/manager.py": 525,   # (1,136 when the ratchet came; loop, messages, worker/group lifecycles, cancel, streams, lines out)
+    "core/node/manager.py": 523,   # (1,136 when the ratchet came; loop, messages, worker/group lifecycles, cancel, streams, lines out)
 }
 
 

@@ -352,9 +352,7 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
         deps = {d: self.table.objects[d].value for d in spec.deps}
         if deps:
             self.table.sent(w.index, deps.values())
-        alloc = w.alloc
-        assigned = {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {}
-        accel = {r: list(ids) for r, ids in alloc.device_ids.items() if ids} if alloc else {}
+        assigned, accel = w.alloc_on_wire()
         self._send(w, (P.RUN, spec_to_wire(spec), fn_bytes, {d: v.wire() for d, v in deps.items()} if deps else deps,
                        assigned, accel))
         self.task_events.sent(spec, w)

@@ -119,8 +119,11 @@ class ProducerReading:
             return None
         pipes = {}   # watched by the node too (output comes rarely): two system calls less a get
         for fd in (w.out_fd, w.err_fd):
-            if fd >= 0 and fd in self.sel.get_map():
-                pipes[fd] = self.sel.get_key(fd)
+            if fd >= 0:
+                try:
+                    pipes[fd] = self.sel.get_key(fd)
+                except KeyError:   # not watched (the selector is closing)
+                    pass
         if self._spare_wakes:
             pair = self._spare_wakes.pop()
         else:

@@ -5,6 +5,7 @@ import time
 from collections import deque
 
 from raylite.core.wire.protocol import Channel, Progress, TaskSpec
+from raylite.core.wire.resources import from_fixed
 
 
 class WorkerProc:
@@ -12,7 +13,7 @@ class WorkerProc:
 
     __slots__ = ("index", "chan", "key", "out_fd", "err_fd", "pid", "task", "alloc", "actor", "name",
                  "calls", "max_calls", "blocked", "functions", "signal_on_hello", "partial", "ahead", "started",
-                 "recalling", "retiring", "early_output", "exit_cause", "launched", "progress")
+                 "recalling", "retiring", "early_output", "exit_cause", "launched", "progress", "alloc_wire")
 
     def __init__(self, index: int, chan: Channel, key: tuple, out_fd: int, err_fd: int):
         self.index, self.chan, self.key = index, chan, key
@@ -36,6 +37,16 @@ class WorkerProc:
         self.exit_cause: tuple | None = None  # (Ray's exit type, detail) once its end was asked for
         self.launched = time.time()
         self.progress: Progress | None = None   # how many tasks it has begun, shared with it
+        self.alloc_wire: tuple | None = None    # (alloc, its resources and device ids as RUN sends them)
+
+    def alloc_on_wire(self) -> tuple[dict, dict]:
+        """Its resources and device ids as RUN sends them, kept while its alloc is the same (the
+        tasks of a line share them)."""
+        alloc, held = self.alloc, self.alloc_wire
+        if held is None or held[0] is not alloc:
+            held = self.alloc_wire = (alloc, {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {},
+                                      {r: list(ids) for r, ids in alloc.device_ids.items() if ids} if alloc else {})
+        return held[1], held[2]
 
 
 class Actor:
