@@ -71,6 +71,17 @@ else:
             raise
 
 
+def _bind(target, args: tuple, kwargs: dict):
+    """``.bind()`` of a remote function, actor class or method: a raylite.dag node (imported on first use)."""
+    from raylite.dag import bind
+    return bind(target, args, kwargs)
+
+
+from raylite.core.client import link as _link  # noqa: E402 (small: the hooks core calls up through)
+
+_link.register(bind=_bind)   # core's .bind() builds raylite.dag's nodes, wired here above both
+
+
 def _local(address, backend) -> bool:
     """Whether init() will run the local runtime (api.init decides for sure; this only guesses)."""
     if address is None and backend is None:

@@ -1,4 +1,5 @@
-"""Placement groups, as ``ray.util.placement_group`` and ``ray.util.scheduling_strategies``.
+"""Placement groups, as ``ray.util.placement_group`` (the strategies that schedule into one, and
+what a submission's options ask for: raylite.core.api.scheduling; the handle: raylite.core.client.placement_group).
 
 ``placement_group(bundles)`` reserves every bundle's resources at once (when they fit) and tasks
 or actors scheduled into the group (``PlacementGroupSchedulingStrategy``, or the older
@@ -8,67 +9,13 @@ more than one bundle cannot be placed and is an error. On the Ray backend these 
 """
 from __future__ import annotations
 
+from raylite.core.api.scheduling import _check_group
 from raylite.core.client import context, link
-from raylite.core.client.objects import ObjectRef, check_timeout
 from raylite.core.client.link import next_id, process
-from raylite.core.wire.ids import PlacementGroupID
+from raylite.core.client.placement_group import PlacementGroup
 from raylite.core.wire.resources import from_fixed, to_fixed
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-
-
-class PlacementGroup:
-    """A handle to a placement group; picklable, so tasks can schedule into it too."""
-
-    def __init__(self, pg_id: int, bundle_specs: list[dict], ready_id: int):
-        self._pg_id, self.bundle_specs, self._ready_id = pg_id, bundle_specs, ready_id
-        self.id = PlacementGroupID(pg_id)
-
-    @property
-    def bundle_count(self) -> int:
-        return len(self.bundle_specs)
-
-    def ready(self) -> ObjectRef:
-        """A ref that resolves (to this group, as in Ray) once every bundle is reserved."""
-        _client().addref(self._ready_id)
-        return ObjectRef(self._ready_id, True)
-
-    def wait(self, timeout_seconds: float = 30) -> bool:
-        """Whether the group is placed within ``timeout_seconds``."""
-        ref = self.ready()
-        return ref.id in _client().wait([ref.id], 1, check_timeout(timeout_seconds))
-
-    def __reduce__(self):
-        return (PlacementGroup, (self._pg_id, self.bundle_specs, self._ready_id))
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, PlacementGroup) and other._pg_id == self._pg_id
-
-    def __hash__(self) -> int:
-        return hash(self._pg_id)
-
-    def __repr__(self) -> str:
-        return f"PlacementGroup({self.id.hex()}, bundles={self.bundle_specs})"
-
-
-class PlacementGroupSchedulingStrategy:
-    """``scheduling_strategy=`` for a task or actor: run in bundle ``placement_group_bundle_index``
-    of the group (-1: any bundle with room); with ``placement_group_capture_child_tasks``, the
-    tasks it submits run in the group too."""
-
-    def __init__(self, placement_group, placement_group_bundle_index: int = -1,
-                 placement_group_capture_child_tasks: bool | None = None):
-        self.placement_group = placement_group
-        self.placement_group_bundle_index = placement_group_bundle_index
-        self.placement_group_capture_child_tasks = placement_group_capture_child_tasks
-
-
-class NodeAffinitySchedulingStrategy:
-    """Accepted for Ray code; on the local runtime every task runs on this one node."""
-
-    def __init__(self, node_id: str, soft: bool, _spill_on_unavailable: bool = False,
-                 _fail_on_unavailable: bool = False):
-        self.node_id, self.soft = node_id, soft
 
 
 def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "", lifetime: str | None = None,
@@ -154,45 +101,6 @@ def get_current_placement_group() -> PlacementGroup | None:
     return PlacementGroup(pg_id, [{k: from_fixed(v) for k, v in b.items()} for b in bundles], ready_id)
 
 
-def placement_of(options: dict, request: dict[str, int], name: str) -> tuple | None:
-    """(group id, bundle index, capture children) for a task's or actor's options, or None.
-    A ValueError, as in Ray, when `request` (in units) fits in no bundle it may use."""
-    strategy = options.get("scheduling_strategy")
-    if isinstance(strategy, PlacementGroupSchedulingStrategy):
-        group = strategy.placement_group
-        index = strategy.placement_group_bundle_index
-        capture = strategy.placement_group_capture_child_tasks
-    else:
-        group = options.get("placement_group", "default")
-        index = options.get("placement_group_bundle_index", -1)
-        capture = options.get("placement_group_capture_child_tasks")
-    if group == "default" or group is None:
-        current = context.current_placement()
-        if strategy is None and current is not None and current[2]:
-            return (current[0], -1, True)   # the parent captures its children
-        return None
-    _check_group(group, "scheduling_strategy")
-    if isinstance(index, bool) or not isinstance(index, int) or not -1 <= index < group.bundle_count:
-        raise ValueError(f"placement_group_bundle_index must be -1 or in [0, {group.bundle_count}), "
-                         f"got {index!r}")
-    _check_fits(group, index, request, name)
-    return (group._pg_id, index, bool(capture))
-
-
-def _check_fits(group: PlacementGroup, index: int, request: dict[str, int], name: str) -> None:
-    """Ray refuses at `.remote()` what no bundle of its group can hold (it would pend forever);
-    here also what the one bundle it names cannot hold."""
-    bundles = group.bundle_specs if index < 0 else [group.bundle_specs[index]]
-    for bundle in bundles:
-        if all(to_fixed(bundle.get(k, 0), k) >= v for k, v in request.items()):
-            return
-    asked = {k: from_fixed(v) for k, v in request.items() if v}
-    where = f"any bundle of the placement group, {group.bundle_specs}" if index < 0 else \
-        f"bundle {index} of the placement group, {bundles[0]}"
-    raise ValueError(f"Cannot schedule {name} with the placement group because the resource request {asked} "
-                     f"cannot fit into {where}")
-
-
 def _bundle_units(i: int, bundle) -> dict[str, int]:
     if not isinstance(bundle, dict) or not bundle:
         raise ValueError(f"placement_group: bundles[{i}] must be a non-empty dict of resource amounts, "
@@ -205,12 +113,6 @@ def _bundle_units(i: int, bundle) -> dict[str, int]:
     if not any(units.values()):
         raise ValueError(f"placement_group: bundles[{i}] asks for nothing ({bundle!r})")
     return {k: v for k, v in units.items() if v}
-
-
-def _check_group(group, what: str) -> None:
-    if not isinstance(group, PlacementGroup):
-        raise TypeError(f"{what} expects a placement group made by raylite's placement_group(), "
-                        f"got {type(group).__name__}")
 
 
 def _ray_util():

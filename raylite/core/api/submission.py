@@ -27,7 +27,7 @@ def placement_free(options: dict) -> bool:
 def placement(options: dict, request: dict, name: str):
     if _PLACEMENT_KEYS.isdisjoint(options) and context.current_placement() is None:
         return None   # the common case, without importing placement groups
-    from raylite.core.api.placement_groups import placement_of
+    from raylite.core.api.scheduling import placement_of
     return placement_of(options, request, name)
 
 
@@ -143,9 +143,8 @@ def refs(spec: TaskSpec):
 
 def bind(self, *args, **kwargs):
     """`.bind(...)`: a node of a lazy graph (Ray's DAG API, raylite.dag) instead of a submission;
-    the graph's `execute()` submits it."""
-    from raylite.dag import bind as bind_node
-    return bind_node(self, args, kwargs)
+    the graph's `execute()` submits it. raylite.dag builds the node: a hook its package registers."""
+    return link.hook("bind")(self, args, kwargs)
 
 
 class Options:

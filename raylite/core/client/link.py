@@ -29,20 +29,22 @@ class _Process:
 
 process = _Process()
 
-# the API layer's init (with its defaults) and get, registered by raylite.core.api.runtime when it
-# is imported: what auto-init and ObjectRef.future call, so no layer below imports the API
+# what the layers above register when they are imported, so that nothing below imports them:
+# "start" and "get", the API's init (with its defaults) and get (raylite.core.api.runtime), for
+# auto-init and ObjectRef.future; "bind", raylite.dag's node builder (raylite/__init__.py)
 _hooks: dict[str, Callable] = {}
 
 
-def register(*, start: Callable[[], object], get: Callable) -> None:
-    _hooks.update(start=start, get=get)
+def register(**hooks: Callable) -> None:
+    _hooks.update(hooks)
 
 
-def _hook(name: str) -> Callable:
-    hook = _hooks.get(name)
-    if hook is None:   # only raylite.core.api.runtime makes runtimes and refs that resolve
-        raise exceptions.RaySystemError("raylite is not initialized: call raylite.init() first")
-    return hook
+def hook(name: str) -> Callable:
+    found = _hooks.get(name)
+    if found is None:   # registered when `raylite` and its API are imported
+        raise exceptions.RaySystemError(f"raylite is not initialized (nothing registered {name!r}): import "
+                                        "raylite and call raylite.init() first")
+    return found
 
 
 def attach() -> bool:
@@ -84,13 +86,13 @@ def local_or_start() -> Client | None:
     """The local runtime's client, started with init()'s defaults if none runs (as Ray's API
     does), or None while the Ray backend runs."""
     if process.client is None and not on_ray():
-        _hook("start")()
+        hook("start")()
     return process.client
 
 
 def get(refs, timeout: float | None = None):
     """The API's ``get`` (for ObjectRef.future, which the layer below it holds)."""
-    return _hook("get")(refs, timeout=timeout)
+    return hook("get")(refs, timeout=timeout)
 
 
 def next_id() -> int:

@@ -321,7 +321,7 @@ def _ray_options(options: dict) -> dict:
     if options.get("label_selector"):
         options = {**options, "label_selector": _ray_selector(options["label_selector"])}
     strategy = options.get("scheduling_strategy")
-    if type(strategy).__module__ not in ("raylite.core.api.placement_groups", "raylite.core.wire.labels"):
+    if type(strategy).__module__ not in ("raylite.core.api.scheduling", "raylite.core.wire.labels"):
         return options
     from ray.util import scheduling_strategies as theirs
     if hasattr(strategy, "hard"):

@@ -15,6 +15,7 @@ from collections import deque
 from raylite import exceptions
 from raylite.core.client import streams
 from raylite.core.client.link import minted_by
+from raylite.core.client.placement_group import PlacementGroup
 from raylite.core.envs import runtime_env
 from raylite.core.node.actors import ActorLifecycle
 from raylite.core.node.cancellation import Cancellation
@@ -223,7 +224,6 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
             return
         if self.groups.pending:
             for group in self.groups.place():   # ready() gives the group, as in Ray
-                from raylite.core.api.placement_groups import PlacementGroup
                 handle = PlacementGroup(group.pg_id, [{k: from_fixed(v) for k, v in b.items()} for b in group.bundles],
                                         group.ready_id)
                 self.table.set_value(group.ready_id, serialization.dumps(handle, None))

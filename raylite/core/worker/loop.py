@@ -68,16 +68,16 @@ class Loop:
 
 def _breakpoint(*args, **kwargs) -> None:
     """breakpoint() in a task or actor: a pdb session that a terminal attaches to (raylite.util.rpdb)."""
-    from raylite.util import rpdb
-    rpdb.set_trace(sys._getframe(1))
+    from raylite.core.worker import debugger
+    debugger.set_trace(sys._getframe(1))
 
 
 def _post_mortem(tb) -> None:
     """RAY_DEBUG_POST_MORTEM=1, as Ray's: a failed call's traceback in a pdb session that a
-    terminal attaches to (raylite.util.rpdb, which core's lower modules may not import)."""
+    terminal attaches to (raylite.util.rpdb)."""
     if os.environ.get("RAY_DEBUG_POST_MORTEM") == "1":
-        from raylite.util import rpdb
-        rpdb.post_mortem(tb)
+        from raylite.core.worker import debugger
+        debugger.post_mortem(tb)
 
 
 def _log_to_files(log_dir: str) -> bool:
