@@ -1,6 +1,7 @@
 """Shared-memory segment reuse: freed segments are recycled only when nobody maps them."""
 import glob
 import os
+import resource
 import time
 
 import numpy as np
@@ -210,6 +211,32 @@ def test_segment_read_by_a_driver_array_is_reused_once_the_array_goes(ray_start,
     again = ray.put(np.full(N, 2.0))
     assert name in _session_segments()   # pooled once `out` went, not unlinked
     assert ray.get(again)[0] == 2.0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("huge", [True, False], ids=["huge-pages", "small-pages"])
+def test_a_reused_segment_is_written_through_the_drivers_own_mapping_without_faults(ray_start, monkeypatch, huge):
+    """put + get of a large array is one copy into pages already faulted in (issue 24): the pool
+    hands the driver back its writable mapping of the freed segment, so the next put neither maps
+    nor faults, and its get reads through that same mapping."""
+    from raylite.core.wire import segments
+    if not huge:
+        monkeypatch.setattr(segments, "_libc", False)
+    value = np.full(N, 3.0)
+    for _ in range(2):   # a new segment; then (small pages: written by os.write) a writable mapping of it
+        ref = ray.put(value)
+        out = ray.get(ref)
+        (name,) = _session_segments()
+        mapping = segments.mappings.maps[os.path.basename(name)]
+        del ref, out
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    ref = ray.put(value)
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults
+    out = ray.get(ref)
+    assert _session_segments() == {name}
+    assert faults <= 4, f"the put faulted {faults} times: it wrote into pages it had not mapped yet"
+    assert segments.mappings.maps[os.path.basename(name)] is mapping and mapping.writable
+    assert not out.flags.writeable and out[-1] == 3.0   # read-only, as Ray's
 
 
 @pytest.mark.timeout(60)
