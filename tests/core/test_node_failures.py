@@ -80,7 +80,7 @@ def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_u
     node.handlers[protocol.DONE] = done_with_a_bug   # the handler for a worker's "task done"
 
     refs = [gated.remote(fifo) for fifo in fifos]
-    wait_until(lambda: sum(w.task is not None and w.index not in node.held for w in node.workers.values()) == tasks,
+    wait_until(lambda: sum(w.task is not None and w.index not in node.unsent for w in node.workers.values()) == tasks,
                what="the tasks running")
     thread, box = _in_thread(lambda: ray.get(refs))
     wait_until(lambda: all(node.table.objects[ref.id].waiters for ref in refs) and (tasks == 2 or node.readers),

@@ -30,8 +30,8 @@ class _Resignal:
 
 
 class Cancellation:
-    """Node mixin. Needs: producers, cancelled, children, queues, actors, workers, held, table,
-    _finish, _send, _signal, _unhold, _recall."""
+    """Node mixin. Needs: producers, cancelled, children, queues, actors, workers, unsent, table,
+    _finish, _send, _signal, _reclaim_unsent, _recall."""
 
     def cancel(self, oid: int, force: bool, recursive: bool = True) -> None:
         spec = self.producers.get(oid)
@@ -60,8 +60,8 @@ class Cancellation:
         w = next((w for w in self.workers.values() if w.task is spec or spec in w.ahead), None)
         if w is None:   # still waiting for its arguments
             return self._finish(spec, error)
-        if w.index in self.held:   # not sent to its starting worker yet
-            _, alloc = self._unhold(w)
+        if w.index in self.unsent:   # not sent to its starting worker yet
+            _, alloc = self._reclaim_unsent(w)
             alloc.pool.release(alloc)
             return self._finish(spec, error)
         if w.task is not spec:   # sent ahead: asked back (if it has started, it ends cancelled)

@@ -13,7 +13,7 @@ PREFETCH_MAX = 16          # this many at most ahead of each (and no more than t
 
 
 class TaskLines:
-    """Needs: workers, held, fn_time, cancelled, _run_on, _send, _finish, _requeue."""
+    """Needs: workers, unsent, fn_time, cancelled, _run_on, _send, _finish, _requeue."""
 
     def _prefetch(self, queue: deque) -> None:
         """Send queued tiny tasks ahead to workers busy with the same function, so each starts
@@ -31,7 +31,7 @@ class TaskLines:
             if not queue or queue[0].fn_id != fn_id:
                 return
             t = w.task
-            if (t is None or len(w.ahead) > window // 2 or w.blocked or w.recalling or w.index in self.held
+            if (t is None or len(w.ahead) > window // 2 or w.blocked or w.recalling or w.index in self.unsent
                     or t.fn_id != fn_id or t.request != request
                     or t.runtime_env != queue[0].runtime_env or t.placement != queue[0].placement):
                 continue

@@ -1,6 +1,6 @@
 """The node manager, in the driver: the scheduler and the worker table here; beside it, in this package,
 the loop and its commands (loop), how it fails (failures), the object table (object_table), the actors'
-lifecycle (actors), the workers' output (output), its messages (worker_messages), its workers' lifecycle
+lifecycle (actors), the workers' output (output), its messages (worker_messages, task_messages), its workers' lifecycle
 (worker_lifecycle), the tiny tasks sent ahead to busy workers (lines), cancel (cancellation), placement
 groups (group_lifecycle) and streams (stream_serving). One lock guards all of it."""
 from __future__ import annotations
@@ -32,13 +32,14 @@ from raylite.core.node.reader import ProducerReading
 from raylite.core.node.records import Actor, Waiter, WorkerProc
 from raylite.core.node.segment_pool import SegmentPool
 from raylite.core.node.stream_serving import StreamServing
+from raylite.core.node.task_messages import TaskMessages
 from raylite.core.node.worker_lifecycle import WorkerLifecycle, cannot_start, oom_kills
 from raylite.core.node.worker_messages import WorkerMessages
 from raylite.core.wire import protocol as P
 from raylite.core.wire import segments, serialization
 from raylite.core.wire.protocol import Channel, TaskSpec, spec_to_wire
 from raylite.core.wire.resources import SCALE, NodeResources, from_fixed
-from raylite.core.wire.serialization import Serialized, error_value
+from raylite.core.wire.serialization import error_value
 from raylite.core.worker.zygote import Zygote
 
 _GROUP_GONE = object()   # _acquire: the spec's placement group was removed
@@ -60,7 +61,7 @@ DEAD_WORKERS_KEPT = 1000   # list_workers shows the last ones that ended, as Ray
 
 
 class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, StreamServing, ActorLifecycle, WorkerOutput,
-           ProducerReading, EnvSetup, WorkerMessages):
+           ProducerReading, EnvSetup, WorkerMessages, TaskMessages):
     def __init__(self, totals: dict[str, int], device_ids: dict[str, list[str]], session: str,
                  node_id: str, job_id: str, zygote: Zygote, job_env: tuple | None = None, namespace: str = "",
                  log_dir: str | None = None, logging: dict | None = None, labels: dict | None = None):
@@ -91,9 +92,9 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
         self.queues: dict[tuple, deque[TaskSpec]] = {}
         self._feasible_seen: dict[int, tuple[dict, bool]] = {}   # see _feasible
         self.starting: set[int] = set()             # task workers forked, their hello not read yet
-        self.held: dict[int, WorkerProc] = {}       # of those, whose task is not sent (see _take_held)
+        self.unsent: dict[int, WorkerProc] = {}     # of those, whose task is not sent yet (see _take_unsent)
         self.producers: dict[int, TaskSpec] = {}   # first return id -> pending or running task
-        self.holding: set[int] = set()             # tasks whose arguments still hold their refs
+        self.arg_holders: set[int] = set()         # tasks whose arguments still hold their refs
         self.cancelled: set[int] = set()
         self.fn_time: dict[str, float] = {}        # function id -> typical run time (s)
         self.children: dict[int, list[TaskSpec]] = {}   # task id -> tasks it submitted (for cancel)
@@ -146,7 +147,7 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
             self.table.hold(spec.deps)
         if spec.args.refs:
             self.table.hold(spec.args.refs)
-        self.holding.add(spec.task_id)
+        self.arg_holders.add(spec.task_id)
         if spec.kind == "actor_call":
             actor = self.actors.get(spec.actor_id)
             if actor is None or actor.state == "DEAD":
@@ -285,7 +286,7 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
         if w is not None:
             pool.remove(w)
         else:
-            hold = bool(self.starting)   # see _take_held
+            hold = bool(self.starting)   # see _take_unsent
             try:
                 w = self._spawn(alloc.device_ids, key, env)
             except OSError as e:
@@ -296,12 +297,12 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
         w.task, w.alloc, w.name, w.max_calls = spec, alloc, spec.name, spec.max_calls
         w.started = time.monotonic()
         if hold:
-            self.held[w.index] = w
+            self.unsent[w.index] = w
         else:
             self._run_on(w, spec)
 
-    def _take_held(self, w: WorkerProc) -> bool:
-        """Run on w, a worker just free, the task held for the worker that will start last.
+    def _take_unsent(self, w: WorkerProc) -> bool:
+        """Run on w, a worker just free, the task not sent yet to the worker that will start last.
 
         A burst of tasks forks a worker for each, and on a busy machine the last ones start tens of
         milliseconds after the first (8 on 2 CPUs: 25 ms). So while other workers are starting, a
@@ -311,14 +312,14 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
         if self.stopping or (w.max_calls and w.calls >= w.max_calls):
             return False
         victim = None
-        for v in self.held.values():
+        for v in self.unsent.values():
             spec = v.task
             if (v.key == w.key and (not spec.max_calls or w.calls < spec.max_calls)
                     and (victim is None or v.index > victim.index)):
                 victim = v
         if victim is None:
             return False
-        spec, alloc = self._unhold(victim)
+        spec, alloc = self._reclaim_unsent(victim)
         reader = self.readers.get(victim.index)
         if reader is not None:   # a thread waits reading the victim: it moves to w (raylite.core.node.reader)
             reader.moved = True
@@ -327,11 +328,11 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
         self._run_on(w, spec)
         return True
 
-    def _unhold(self, w: WorkerProc) -> tuple:
-        """Take its held task (and the resources it holds) from a starting worker, which then
+    def _reclaim_unsent(self, w: WorkerProc) -> tuple:
+        """Take its unsent task (and the resources it holds) from a starting worker, which then
         joins the idle ones."""
         spec, alloc = w.task, w.alloc
-        del self.held[w.index]
+        del self.unsent[w.index]
         w.task = w.alloc = None
         w.max_calls, w.name = 0, "worker"
         self._to_idle(w)
@@ -382,99 +383,10 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
 
     def _drop_args(self, spec: TaskSpec) -> None:
         """Release what a task's arguments held (once): its ref arguments and nested refs."""
-        if spec.task_id in self.holding:
-            self.holding.discard(spec.task_id)
+        if spec.task_id in self.arg_holders:
+            self.arg_holders.discard(spec.task_id)
             for oid in spec.deps + spec.args.refs:
                 self.table.release(oid)
-
-    # ------------------------------------------------------------------ the task lifecycle's messages
-    # (the handler table and the other messages: raylite.core.node.worker_messages)
-    def _msg_hello(self, w: WorkerProc, pid: int) -> None:
-        w.pid = pid
-        self.starting.discard(w.index)
-        if w.early_output:
-            self.emit_early_output(w)
-        if w.signal_on_hello:
-            self._signal(w, w.signal_on_hello)
-        if self.held.pop(w.index, None) is not None:   # nobody took its task meanwhile
-            w.started = time.monotonic()
-            self._run_on(w, w.task)
-
-    def _msg_done(self, w: WorkerProc, task_id: int, results: list, retry: bool = False,
-                  log_span: tuple | None = None, ran: float | None = None) -> None:
-        """`ran`: how long the task's function took in the worker (a successful task's), which
-        tells tiny tasks (see _prefetch) however long their round trips take on a busy machine."""
-        results = [Serialized(*r) for r in results]   # sent as plain data (see worker finish)
-        if w.actor is not None:
-            actor = w.actor
-            spec = actor.inflight.pop(task_id, None)
-            if spec is None:   # the constructor
-                self.task_events.finished(actor.spec, results)
-                self.children.pop(actor.spec.task_id, None)
-                if results[0].is_error:
-                    actor.error = f"its constructor raised: {serialization.loads(results[0])}"
-                    actor.restarts_left = 0
-                    actor.exit_when_idle = True
-                    self._pump_actor(actor)
-                return
-            if retry and spec.max_retries != 0 and spec.task_id not in self.cancelled:
-                spec.max_retries -= 1   # retry_exceptions, within max_task_retries: ahead of later calls
-                actor.queue.appendleft(spec)
-                return self._pump_actor(actor)
-            self._finish(spec, results)
-            if actor.exit_when_idle and not actor.inflight:   # its last call: now it may exit
-                self._pump_actor(actor)
-            return
-        spec, w.task = w.task, None
-        if log_span is not None:
-            self.task_events.logged(spec, w.pid, log_span)
-        now = time.monotonic()
-        took = now - w.started if ran is None else ran
-        self.fn_time[spec.fn_id] = 0.8 * self.fn_time.get(spec.fn_id, took) + 0.2 * took
-        w.calls += 1
-        self._unblock(w)
-        if w.ahead:   # the next task sent ahead is already running on the same resources
-            w.task, w.started = w.ahead.popleft(), now
-            self.task_events.sent(w.task, w)
-        else:
-            w.alloc.pool.release(w.alloc)
-            w.alloc = None
-            if not (self.held and self._take_held(w)):
-                self._to_idle(w)
-        if retry and spec.max_retries != 0 and spec.task_id not in self.cancelled:
-            spec.max_retries -= 1   # retry_exceptions: the same budget as a crashed worker's retries
-            return self._enqueue(spec)
-        self._finish(spec, results)
-
-    def _msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes, parent: int | None = None) -> None:
-        """`parent`: the task or actor call (of several an actor may run at once) that submits it;
-        not one that has finished (a thread it started submits), whose children nobody would drop."""
-        if parent is not None and parent not in self.task_events.live:
-            parent = None
-        if parent is None and w.task is not None:
-            parent = w.task.task_id
-        if parent is not None and spec.kind == "task":   # (for cancel's recursive=True)
-            self.children.setdefault(parent, []).append(spec)
-        self.task_events.submitted_by(spec, w, parent)   # its parent task, for the state API
-        self.submit(spec, fn_bytes)
-        self._owned_by(spec, w)
-
-    def _owned_by(self, spec: TaskSpec, w: WorkerProc) -> None:
-        if spec.kind == "actor_create" and spec.actor_id in self.actors:
-            self.actors[spec.actor_id].owner = w.index
-
-    def _lend_cpu(self, w: WorkerProc) -> None:
-        """A task blocked in get, wait or next gives its CPU back, so nested work cannot deadlock.
-        An actor keeps what it holds, as in Ray (which releases CPUs for blocked tasks only)."""
-        if w.actor is not None:
-            return self._actor_blocked(w)
-        if w.ahead:   # it may wait on the tasks queued behind it
-            self._recall(w)
-        if w.alloc is not None and not w.blocked:
-            cpu = w.alloc.resources.get("CPU", 0)
-            if cpu:
-                w.alloc.pool.adjust("CPU", cpu)
-                w.blocked = cpu
 
     def state(self, what: str, detail: bool) -> tuple[list, int]:
         """Rows of the state API (raylite.core.node.snapshot), and how many task records were dropped."""

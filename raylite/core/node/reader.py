@@ -11,7 +11,7 @@ serves it, under the lock), and serves what came on them after the socket's mess
 order (an actor's `__repr__` names the output after it; what a task prints before it returns is
 printed before the get returns). Whoever else fires the waiter (the node thread: a timeout, a result from
 elsewhere; another thread), ends the worker, leaves bytes for it unsent, or gives its task to
-another worker before it started (Node._take_held: the reader then follows the task), wakes the
+another worker before it started (Node._take_unsent: the reader then follows the task), wakes the
 reading thread through the reader's own socket pair. The first wait polls before it sleeps (see
 protocol.spin_for).
 """
@@ -35,7 +35,7 @@ class Reader:
     def __init__(self, worker, waiter, key, pipes: dict, thread: int, wake: tuple):
         self.worker, self.waiter, self.key, self.pipes, self.thread = worker, waiter, key, pipes, thread
         self.wake_r, self.wake_w = wake
-        self.moved = False   # the task went to another worker before this one started (see Node._take_held)
+        self.moved = False   # the task went to another worker before this one started (see Node._take_unsent)
         # a byte may wait in wake_r: drain it before the pair is reused (an empty socket's drain
         # raises, which on the path of every get costs ~10 us). A byte missed in a race only wakes
         # the pair's next reader once for nothing.

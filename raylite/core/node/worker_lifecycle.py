@@ -48,7 +48,7 @@ def cannot_start(e: OSError) -> str:
 
 
 class WorkerLifecycle:
-    """Node mixin. Needs: workers, idle, starting, held, readers, sel, table, res, groups, zygote,
+    """Node mixin. Needs: workers, idle, starting, unsent, readers, sel, table, res, groups, zygote,
     session and the job's settings, cancelled, cluster_events, dead_workers, oom_kills, stopping,
     _send, _enqueue, _requeue, _finish, _group_gone, _actor_gone, _owner_died, _on_output,
     emit_early_output, handlers."""
@@ -194,7 +194,7 @@ class WorkerLifecycle:
         self.dirty_channels.discard(w.chan)
         self.workers.pop(w.index, None)
         self.starting.discard(w.index)
-        self.held.pop(w.index, None)
+        self.unsent.pop(w.index, None)
         self.table.reader_gone(w.index)
         pool = self.idle.get(w.key)
         if pool and w in pool:

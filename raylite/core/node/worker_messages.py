@@ -2,8 +2,9 @@
 keyed by message kind, and the handlers of the requests a worker's client makes (get, wait, the
 actor and state look-ups, each answered by one REPLY) and of its fire-and-forget notices.
 
-The task lifecycle's own messages (hello, done, submit, item, unprefetched, interrupt_missed)
-stay with the scheduler in raylite.core.node.manager.
+The task lifecycle's own messages live beside what they change: hello, done and submit in
+raylite.core.node.task_messages, item in stream_serving, unprefetched in lines, interrupt_missed
+in cancellation.
 """
 from __future__ import annotations
 
