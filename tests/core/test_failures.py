@@ -547,6 +547,8 @@ def test_cancel_pending_task(ray_start, tmp_path, wait_until):
     assert not ran.exists(), "cancelled pending task ran anyway"
 
 
+@pytest.mark.local_only("Ray 2.60's bug: once the arguments of a task cancelled while it waited for them are "
+                        "ready, a failed check in the driver's reference counter ends the driver process")
 def test_cancel_of_a_task_waiting_for_its_arguments_never_runs_it(ray_start, tmp_path, capfd):
     release = tmp_path / "release"
     ran = tmp_path / "dependent-ran"
