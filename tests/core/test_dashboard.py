@@ -96,6 +96,28 @@ def test_http_api_needs_the_token_and_answers_json(dashboard, tmp_path):
         socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=2).close()
 
 
+def test_a_poll_builds_each_view_once_for_the_status_and_the_tables(dashboard, monkeypatch):
+    """The snapshot's status counts and its tables come from one build of each view (the poll
+    built the task view twice: once for the counts, once for the table)."""
+    ray, ctx = dashboard
+    from raylite.core.api import runtime
+    from raylite.core.node import snapshot
+    built = []
+    for what in ("tasks", "actors", "objects"):
+        view = snapshot._VIEWS[what]
+        monkeypatch.setitem(snapshot._VIEWS, what, lambda node, detail, view=view, what=what: built.append(what)
+                            or view(node, detail))
+
+    @ray.remote
+    def one():
+        return 1
+
+    assert ray.get(one.remote()) == 1
+    snap = runtime._endpoint.dashboard.snapshot(0)
+    assert sorted(built) == ["actors", "objects", "tasks"]
+    assert snap["status"]["tasks"] == {"FINISHED": 1} and [t["name"] for t in snap["tasks"]] == ["one"]
+
+
 def test_a_port_in_use_or_a_bad_port_fails_before_anything_starts():
     import raylite as ray
     with socket.socket() as taken:

@@ -93,18 +93,19 @@ def panels() -> dict[str, list[dict]]:
 
 
 # ---------------------------------------------------------------- what the endpoint answers
-def _status(node) -> dict:
+def _status(node, views: dict | None = None) -> dict:
     """Resources (total, used, per device), tasks and actors by state, object store use. Runs
-    under the node lock (node.call_sync)."""
+    under the node lock (node.call_sync). ``views``: the tasks', actors' and objects' rows
+    (snapshot.view) when the caller built them already (the dashboard's poll shows them too)."""
     from raylite.core.node import snapshot
     from raylite.core.wire.resources import from_fixed
+    if views is None:
+        views = {what: snapshot.view(node, what, False) for what in ("tasks", "actors", "objects")}
     total, available = node.resource_view()   # (available leaves out what is used up)
     used = {k: max(0.0, round(v - available.get(k, 0.0), 4)) for k, v in total.items() if not k.startswith("node:")}
     devices = {res: [{"id": dev, "used": round(1 - from_fixed(units), 4)}
                      for dev, units in node.res.device_free(res).items()] for res in node.res.device_ids}
-    tasks, dropped = snapshot.view(node, "tasks", False)
-    actors, _ = snapshot.view(node, "actors", False)
-    objects, _ = snapshot.view(node, "objects", False)
+    (tasks, dropped), (actors, _), (objects, _) = views["tasks"], views["actors"], views["objects"]
     return {"resources": {"total": {k: v for k, v in total.items() if not k.startswith("node:")},
                           "used": used, "available": available},
             "devices": devices,
@@ -114,6 +115,11 @@ def _status(node) -> dict:
                         "bytes": sum(r["object_size"] for r in objects if r["object_size"] > 0),
                         "capacity": total.get("object_store_memory", 0)},
             "workers": sum(1 for w in node.workers.values() if w.pid is not None)}
+
+
+def status_reply(info: dict, status: dict) -> dict:
+    """The `status` answer: the session's info, its uptime, ``status`` (_status's) and the panels."""
+    return {**info, "uptime_s": time.time() - info["started"], **status, "panels": panels()}
 
 
 def _count(rows: list[dict], column: str) -> dict[str, int]:
@@ -150,8 +156,7 @@ def answer(node, info: dict, req: dict):
     if op == "info":
         return info
     if op == "status":
-        return {**info, "uptime_s": time.time() - info["started"],
-                **node.call_sync(_status, node), "panels": panels()}
+        return status_reply(info, node.call_sync(_status, node))
     if op == "list":
         what = req.get("what")
         lister = _LISTERS.get(what)

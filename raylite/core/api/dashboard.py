@@ -88,23 +88,40 @@ class Dashboard:
         return hmac.compare_digest(token.encode(), self.token.encode())
 
     def snapshot(self, after: int) -> dict:
-        return {"status": self.part("status"), "tasks": self.part("tasks"), "actors": self.part("actors"),
-                "logs": self.part("logs", after), "time": time.time()}
+        """One poll: the tasks', actors' and objects' rows built once, under one node call, for the
+        status counts and the tables alike."""
+        from raylite.core.api import control
+        from raylite.core.node import snapshot
+
+        def board():
+            views = {what: snapshot.view(self.node, what, True) for what in ("tasks", "actors", "objects")}
+            return views, control._status(self.node, views)
+
+        views, status = self.node.call_sync(board)
+        return {"status": control.status_reply(self.info, status), "tasks": _tasks(views["tasks"][0]),
+                "actors": _actors(views["actors"][0]), "logs": self.part("logs", after), "time": time.time()}
 
     def part(self, name: str, after: int = 0):
         from raylite.core.api import control
         if name == "tasks":
-            rows = control.answer(self.node, self.info, {"op": "list", "what": "tasks", "detail": True,
-                                                          "limit": 10 ** 6})
-            rows.sort(key=lambda r: (r["state"] != "RUNNING", -(r["creation_time_ms"] or 0)))
-            return [{k: r.get(k) for k in _TASK_COLUMNS} for r in rows[:TABLE_ROWS]]
+            return _tasks(control.answer(self.node, self.info, {"op": "list", "what": "tasks", "detail": True,
+                                                                 "limit": 10 ** 6}))
         if name == "actors":
-            rows = control.answer(self.node, self.info, {"op": "list", "what": "actors", "detail": True,
-                                                          "limit": TABLE_ROWS})
-            return [{k: r.get(k) for k in _ACTOR_COLUMNS} for r in rows]
+            return _actors(control.answer(self.node, self.info, {"op": "list", "what": "actors", "detail": True,
+                                                                  "limit": TABLE_ROWS}))
         if name == "logs":
             return control.answer(self.node, self.info, {"op": "logs", "after": after, "limit": 500})
         return control.answer(self.node, self.info, {"op": name})
+
+
+def _tasks(rows: list[dict]) -> list[dict]:
+    """The tasks table: running ones first, then the newest."""
+    rows = sorted(rows, key=lambda r: (r["state"] != "RUNNING", -(r["creation_time_ms"] or 0)))
+    return [{k: r.get(k) for k in _TASK_COLUMNS} for r in rows[:TABLE_ROWS]]
+
+
+def _actors(rows: list[dict]) -> list[dict]:
+    return [{k: r.get(k) for k in _ACTOR_COLUMNS} for r in rows[:TABLE_ROWS]]
 
 
 def _page() -> bytes:
