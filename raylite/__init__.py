@@ -57,18 +57,17 @@ else:
         """Ray's ``ray.init``; its arguments are those of :func:`raylite.core.api.runtime.init`.
 
         The first call in a process starts the worker zygote before importing the runtime, so the
-        zygote's start overlaps the driver's imports instead of following them."""
-        zygote = None
+        zygote's start overlaps the driver's imports instead of following them; init takes it."""
+        zygotes = None
         if _API not in sys.modules and _local(address, kwargs.get("backend")):
-            from raylite.core.worker.zygote import Zygote
-            zygote = Zygote((_API,))
-        from raylite.core.api.runtime import init as start   # closes the zygote if it goes unused
+            from raylite.core.worker import zygote as zygotes
+            zygotes.start_ahead((_API,))
+        from raylite.core.api.runtime import init as start
         try:
-            return start(address, _zygote=zygote, **kwargs)
-        except BaseException:   # also a TypeError before start() ran (an unknown keyword)
-            if zygote is not None:
-                zygote.close()
-            raise
+            return start(address, **kwargs)
+        finally:   # init failed (a TypeError before it ran too: an unknown keyword), or found a runtime
+            if zygotes is not None:
+                zygotes.discard_ahead()
 
 
 def _bind(target, args: tuple, kwargs: dict):

@@ -30,8 +30,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
          logging_format=None, log_to_driver: bool = True, namespace: str | None = None,
          runtime_env: dict | None = None, configure_logging: bool = True, job_config=None,
          _temp_dir: str | None = None, _system_config: dict | None = None,
-         _memory: int | None = None, backend: str | None = None, logging_config=None, labels: dict | None = None,
-         _zygote=None):
+         _memory: int | None = None, backend: str | None = None, logging_config=None, labels: dict | None = None):
     """Start the local runtime (a node manager thread in this process and a zygote for workers),
     or, given an address, ``backend="ray"`` or ``RAY_ADDRESS``, connect to a Ray cluster instead.
 
@@ -61,11 +60,9 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
 
     Returns:
         A dict-like context (``address_info``, ``dashboard_url``); as a context manager it shuts
-        the runtime down on exit.
-
-    ``_zygote``: one raylite.init() started ahead; it is closed here unless the runtime adopts it."""
+        the runtime down on exit."""
     global _node, _endpoint
-    zygote, dashboard = _zygote, None
+    zygote = dashboard = None
     try:
         if address is not None and not isinstance(address, str):   # init(4) meaning num_cpus=4
             raise TypeError(f"init()'s first argument is Ray's address ('auto', 'ray://host:10001', ...), "
@@ -99,7 +96,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
             from raylite.core.api import control
             from raylite.core.api.job_config import local_settings
             from raylite.core.envs import runtime_env as runtime_envs
-            from raylite.core.worker.zygote import Zygote
+            from raylite.core.worker import zygote as zygotes
             control_on = control.enabled()
             runtime_env, namespace, logging_config = local_settings(job_config, runtime_env, namespace,
                                                                     logging_config)
@@ -121,8 +118,7 @@ def init(address: str | None = None, *, num_cpus: float | None = None, num_gpus:
                 from raylite.core.client.logging_config import LoggingConfig
                 if not isinstance(logging_config, LoggingConfig):
                     raise TypeError(f"logging_config must be a ray.LoggingConfig, got {type(logging_config).__name__}")
-            if zygote is None:
-                zygote = Zygote(WORKER_IMPORTS)   # first: its start overlaps everything below
+            zygote = zygotes.take(WORKER_IMPORTS)   # first: its start overlaps everything below
             from raylite.core.hardware import accelerators, machine
             machine.raise_open_files_limit()
             totals = node_totals(num_cpus, resources, object_store_memory)

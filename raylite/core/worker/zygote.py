@@ -51,6 +51,33 @@ def preload_names(explicit: str, auto: str, modules) -> str:
     return ",".join(names)
 
 
+_ahead: Zygote | None = None   # see start_ahead
+
+
+def start_ahead(imports: tuple[str, ...]) -> None:
+    """Start the next session's zygote now (raylite.init, before the driver imports the runtime,
+    so the two run side by side); init takes it (take), else discard_ahead closes it."""
+    global _ahead
+    if _ahead is None:
+        _ahead = Zygote(imports)
+
+
+def take(imports: tuple[str, ...]) -> Zygote:
+    """A new session's zygote: the one started ahead, else one started now (init's, the one place
+    a session's zygote starts; a restart keeps the session, see Node)."""
+    global _ahead
+    zygote, _ahead = _ahead, None
+    return zygote if zygote is not None else Zygote(imports)
+
+
+def discard_ahead() -> None:
+    """Close the zygote started ahead if init did not take it (it failed, or found a runtime)."""
+    global _ahead
+    zygote, _ahead = _ahead, None
+    if zygote is not None:
+        zygote.close()
+
+
 class Zygote:
     """Driver-side handle: start the zygote and ask it for workers."""
 
