@@ -106,6 +106,40 @@ def test_task_reader_releases_before_reuse(ray_start):
 
 
 @pytest.mark.timeout(60)
+def test_an_array_passed_by_value_is_freed_once_its_task_is_done(ray_start):
+    """A large argument passed by value lives in a segment of its own, which the finished task
+    gives back (into the pool, for the next put); it stayed in /dev/shm until shutdown."""
+    @ray.remote
+    def total(arr):
+        return float(arr.sum())
+
+    before = _session_segments()
+    for i in range(4):
+        assert ray.get(total.remote(np.full(N, float(i + 1)))) == float((i + 1) * N)
+        _pooled()   # once the worker that read it has let go
+    assert len(_session_segments() - before) == 1   # each call reused the previous call's segment
+
+
+@pytest.mark.timeout(60)
+def test_an_actor_keeping_an_array_passed_by_value_keeps_it_intact(ray_start):
+    @ray.remote
+    class Keeper:
+        def keep(self, arr):
+            self.arr = arr
+
+        def total(self):
+            return float(self.arr.sum())
+
+    keeper = Keeper.remote()
+    ray.get(keeper.keep.remote(np.full(N, 2.0)))   # done: its segment is freed, but the actor still reads it
+    for i in range(3):
+        other = ray.put(np.full(N, 100.0 + i))
+        assert ray.get(other)[-1] == 100.0 + i
+        del other
+    assert ray.get(keeper.total.remote()) == 2.0 * N
+
+
+@pytest.mark.timeout(60)
 def test_tensor_writes_stay_private(ray_start):
     torch = pytest.importorskip("torch")
 

@@ -141,7 +141,8 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
             self.table.streams[spec.return_ids[0]] = streams.Stream()
         if spec.deps:
             lost = next((dep for dep in spec.deps if dep not in self.table.objects), None)
-            if lost is not None:
+            if lost is not None:   # (it holds nothing yet but its arguments' segments)
+                self.table.retire_segments(spec.args)
                 return self._finish(spec, error_value(exceptions.ObjectLostError(
                     f"argument {lost:028x} of {spec.name} was freed before the task ran")))
             self.table.hold(spec.deps)
@@ -351,8 +352,8 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
             fn_bytes = self.functions[spec.fn_id]
             w.functions.add(spec.fn_id)
         deps = {d: self.table.objects[d].value for d in spec.deps}
-        if deps:
-            self.table.sent(w.index, deps.values())
+        if deps or spec.args.buffers:   # the worker maps their segments: it must let go before reuse
+            self.table.sent(w.index, (spec.args, *deps.values()))
         assigned, accel = w.alloc_on_wire()
         self._send(w, (P.RUN, spec_to_wire(spec), fn_bytes, {d: v.wire() for d, v in deps.items()} if deps else deps,
                        assigned, accel))
@@ -382,11 +383,13 @@ class Node(NodeLoop, TaskLines, WorkerLifecycle, Cancellation, GroupLifecycle, S
         self._drop_args(spec)
 
     def _drop_args(self, spec: TaskSpec) -> None:
-        """Release what a task's arguments held (once): its ref arguments and nested refs."""
+        """Release what a task's arguments held (once): its ref arguments and nested refs, and the
+        segments of large arguments passed by value (which stayed in /dev/shm until shutdown)."""
         if spec.task_id in self.arg_holders:
             self.arg_holders.discard(spec.task_id)
             for oid in spec.deps + spec.args.refs:
                 self.table.release(oid)
+            self.table.retire_segments(spec.args)
 
     def state(self, what: str, detail: bool) -> tuple[list, int]:
         """Rows of the state API (raylite.core.node.snapshot), and how many task records were dropped."""

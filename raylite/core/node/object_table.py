@@ -169,8 +169,7 @@ class ObjectTable:
         while todo:
             oid = todo.pop()
             value = self.objects.pop(oid).value
-            for name, size in value.segments():
-                self._retire(name, size)
+            self.retire_segments(value)
             for inner in value.refs:
                 self.release(inner, todo)
             stream = self.streams.pop(oid, None)
@@ -179,6 +178,12 @@ class ObjectTable:
                     self.release(inner, todo)
 
     # -- segments --
+    def retire_segments(self, value) -> None:
+        """A value nobody reads again (a freed object's, or a finished task's arguments passed by
+        value): its segments go to the pool once the workers sent them have let go."""
+        for name, size in value.segments():
+            self._retire(name, size)
+
     def sent(self, index: int, values) -> None:
         """Remember which workers may map which segments."""
         for value in values:
