@@ -197,8 +197,9 @@ def test_a_driver_sigkilled_mid_fit_leaves_no_rendezvous_directory(tmp_path, wai
         assert len(found) == 1 and found[0].startswith(sessions_root), found   # in the session's directory
         driver.send_signal(signal.SIGKILL)
         driver.wait(10)
-        wait_until(lambda: not rendezvous_dirs(), timeout=30, what="the rendezvous directory to be removed")
-        assert os.listdir(sessions_root) == []   # the session's directory went with it
+        # the session's directory goes with it (removed bottom-up: the rendezvous directory first)
+        wait_until(lambda: not rendezvous_dirs() and os.listdir(sessions_root) == [], timeout=30,
+                   what="the rendezvous and session directories to be removed")
     finally:
         if driver.poll() is None:
             driver.kill()
