@@ -3,7 +3,8 @@
 Every worker talks to the driver over one end of a socketpair made by the driver and handed to
 the worker at fork time: nothing listens, so no other process can connect (the kernel is the
 authentication). Frames are a 4-byte length plus a pickle; the driver side is non-blocking and
-coalesces writes, the worker side blocks.
+coalesces writes, the worker side blocks, and may hold some messages back to send with the next
+(Channel.defer: the results of a line of tiny tasks, several per write).
 """
 from __future__ import annotations
 
