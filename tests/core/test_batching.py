@@ -123,3 +123,27 @@ def test_get_fails_fast_on_an_error_in_a_line_while_a_later_task_still_runs(ray_
     assert ray.wait([line[2]], timeout=0)[0] == []   # the get did not wait for the last task
     open(last_gate, "w").close()
     assert ray.get(line[2]) == 2
+
+
+@ray.remote
+def probe(gate=""):
+    """What this task sees: its env var RL_PROBE and its own task id, once `gate` exists."""
+    while gate and not os.path.exists(gate):
+        time.sleep(0.005)
+    return os.environ.get("RL_PROBE"), ray.get_runtime_context().get_task_id()
+
+
+def test_a_task_with_another_runtime_env_never_goes_ahead_in_a_line(ray_start, tmp_path):
+    """A call with its own runtime_env queued right behind plain calls runs in a worker set up for it."""
+    ray.get([probe.remote() for _ in range(3)])
+    node = _node()
+    node.call_sync(node.fn_time.__setitem__, probe._fn_id, 1.0)   # nothing goes ahead while they queue
+    gate = str(tmp_path / "gate")
+    first = probe.remote(gate)
+    plain = probe.remote()
+    own = probe.options(runtime_env={"env_vars": {"RL_PROBE": "own"}}).remote()
+    _short(probe)
+    last = probe.remote()   # the node looks at the queue again: now the calls are tiny
+    open(gate, "w").close()
+    assert ray.get(own)[0] == "own"
+    assert ray.get(plain)[0] is None and ray.get(last)[0] is None and ray.get(first)[0] is None

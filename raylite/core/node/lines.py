@@ -12,6 +12,13 @@ PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipe
 PREFETCH_MAX = 16          # this many at most ahead of each (and no more than this long of work)
 
 
+def _runs_like(spec: TaskSpec, running: TaskSpec) -> bool:
+    """Whether spec may run on the worker and resources of `running`: one queue holds calls of
+    several functions and runtime_envs (it is keyed by request and placement only)."""
+    return (spec.fn_id == running.fn_id and spec.request == running.request
+            and spec.runtime_env == running.runtime_env and spec.placement == running.placement)
+
+
 class TaskLines:
     """Needs: workers, unsent, fn_time, cancelled, _run_on, _send, _finish, _requeue."""
 
@@ -22,7 +29,7 @@ class TaskLines:
         idle worker is never left with nothing while another has a long line); they run one at a time on the resources of the
         task before, which pass on unchanged: no task ahead holds resources of its own. A line is
         topped up once it is half gone, so each write carries several."""
-        fn_id, request = queue[0].fn_id, queue[0].request
+        fn_id = queue[0].fn_id
         typical = self.fn_time.get(fn_id, 1.0)
         if typical > PREFETCH_BELOW_S:
             return
@@ -32,13 +39,12 @@ class TaskLines:
                 return
             t = w.task
             if (t is None or len(w.ahead) > window // 2 or w.blocked or w.recalling or w.index in self.unsent
-                    or t.fn_id != fn_id or t.request != request
-                    or t.runtime_env != queue[0].runtime_env or t.placement != queue[0].placement):
+                    or not _runs_like(queue[0], t)):
                 continue
             room = window - len(w.ahead)
             if w.max_calls:   # its last call must be one it was sent
                 room = min(room, w.max_calls - w.calls - 1 - len(w.ahead))
-            while room > 0 and queue and queue[0].fn_id == fn_id and queue[0].request == request:
+            while room > 0 and queue and _runs_like(queue[0], t):
                 spec = queue.popleft()
                 w.ahead.append(spec)
                 self._run_on(w, spec)
