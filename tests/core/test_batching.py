@@ -147,3 +147,17 @@ def test_a_task_with_another_runtime_env_never_goes_ahead_in_a_line(ray_start, t
     open(gate, "w").close()
     assert ray.get(own)[0] == "own"
     assert ray.get(plain)[0] is None and ray.get(last)[0] is None and ray.get(first)[0] is None
+
+
+def test_a_result_held_back_comes_while_the_next_task_of_the_line_runs_long(ray_start, tmp_path):
+    """A worker holds a tiny task's result back for the next one's only for ~2 ms: a call of the
+    same function that runs long (here: waits for a gate) must not keep the results before it."""
+    last_gate = str(tmp_path / "last")
+    gate, first, line = _busy_with_a_line(tmp_path, [(0,), (1,), (2, last_gate)])
+    open(gate, "w").close()
+    try:
+        assert ray.get(line[:2], timeout=1.5) == [0, 1]
+        assert ray.wait([line[2]], timeout=0)[0] == []
+    finally:
+        open(last_gate, "w").close()
+    assert ray.get(line[2]) == 2

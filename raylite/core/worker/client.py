@@ -37,6 +37,8 @@ class WorkerClient:
         self.last_wait: float | None = None   # how long the last wait for a message took (s)
         self.held = 0              # results held back (see send_result), since held_since
         self.held_since = 0.0
+        self.holding = threading.Event()   # set when results start to be held (see _send_late)
+        self.late_sender: threading.Thread | None = None
 
     # -- plumbing --
     def send(self, msg) -> None:
@@ -65,9 +67,33 @@ class WorkerClient:
             if defer and self.held < HOLD_MAX and now - self.held_since < HOLD_MAX_S:
                 self.chan.defer(msg)
                 self.held += 1
+                if self.held == 1:
+                    if self.late_sender is None:
+                        self.late_sender = threading.Thread(target=self._send_late, daemon=True,
+                                                            name="raylite-held-results")
+                        self.late_sender.start()
+                    self.holding.set()
             else:
                 self.chan.send(msg)
                 self.held = 0
+
+    def _send_late(self) -> None:
+        """Send results held back once they are HOLD_MAX_S old: the next task, taken as short
+        from its function's past runs, may run long (or block), and they must not wait for it."""
+        while True:
+            self.holding.wait()
+            self.holding.clear()
+            while True:
+                with self.lock:
+                    if not self.held:
+                        break
+                    left = self.held_since + HOLD_MAX_S - time.perf_counter()
+                    if left <= 0:
+                        self._flush_refops()
+                        self.chan.flush_deferred()
+                        self.held = 0
+                        break
+                time.sleep(left)
 
     def flush(self) -> None:
         """Send what is held back (before this process ends)."""
@@ -123,7 +149,8 @@ class WorkerClient:
         # a single-threaded worker waits for its next task polling first, for as long as its last
         # wait suggests (see protocol.spin_for); with more threads, the polling one would compete
         # for the GIL
-        spin = spin_for(self.last_wait) if threading.active_count() == 1 else 0.0
+        alone = threading.active_count() == (1 if self.late_sender is None else 2)   # (it sleeps)
+        spin = spin_for(self.last_wait) if alone else 0.0
         started = time.monotonic()
         msg = self.chan.recv(spin)
         self.last_wait = time.monotonic() - started
