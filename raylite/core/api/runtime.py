@@ -5,13 +5,13 @@ import atexit
 import os
 import threading
 
-from raylite import exceptions
+from raylite.core.api.local import LocalBackend
 from raylite.core.api.remote import ActorClass, ActorHandle, RemoteFunction
 from raylite.core.api.startup import (RayContext, accelerator_part, anonymous_namespace, node_totals,
                                       session_log_dir, use_ray)
 from raylite.core.client import context, link, ray_backend
 from raylite.core.client.objects import ObjectRef, check_timeout
-from raylite.core.client.link import next_id, process
+from raylite.core.client.link import process
 from raylite.core.client.streams import ObjectRefGenerator
 from raylite.core.wire import segments, serialization
 from raylite.core.wire.ids import NODE_IP
@@ -203,15 +203,6 @@ def _check_refs(refs, what: str) -> list[ObjectRef]:
     return out
 
 
-def _value(ser):
-    value = serialization.loads(ser)
-    if ser.is_error:
-        if isinstance(value, exceptions.RayTaskError):
-            raise value.as_instanceof_cause()
-        raise value
-    return value
-
-
 def get(object_refs, *, timeout: float | None = None):
     """Values of one ObjectRef or a list of them, raising the task's error if it failed.
 
@@ -228,12 +219,9 @@ def get(object_refs, *, timeout: float | None = None):
         if not isinstance(object_refs, (list, tuple)):
             raise ValueError(f"Invalid type of object refs, {type(object_refs).__name__}, is given: get() expects "
                              f"an ObjectRef or a list of ObjectRefs")   # (a ValueError, as Ray's)
-    refs = [object_refs] if single else _check_refs(object_refs, "get()")
-    client = link.require()
-    if client is None:
-        return process.ray.get(object_refs, timeout)
-    values = [_value(v) for v in client.get([r.id for r in refs], timeout)]
-    return values[0] if single else values
+    if not single:
+        _check_refs(object_refs, "get()")
+    return link.backend().get(object_refs, timeout)
 
 
 _NOT_COMPILED = object()
@@ -275,13 +263,7 @@ def wait(object_refs, *, num_returns: int = 1, timeout: float | None = None, fet
         raise ValueError("wait() got duplicate ObjectRefs")
     if not isinstance(num_returns, int) or not 1 <= num_returns <= len(refs):
         raise ValueError(f"num_returns must be between 1 and the number of refs ({len(refs)}), got {num_returns!r}")
-    client = link.require()
-    if client is None:
-        return process.ray.wait(refs, num_returns, timeout, fetch_local)
-    ids = [-r.completed().id if isinstance(r, ObjectRefGenerator) else r.id for r in refs]
-    ready_ids = client.wait(ids, num_returns, timeout)
-    ready = set([i for i in ids if i in ready_ids][:num_returns])
-    return [r for r, i in zip(refs, ids) if i in ready], [r for r, i in zip(refs, ids) if i not in ready]
+    return link.backend().wait(refs, num_returns, timeout, fetch_local)
 
 
 def put(value, *, _owner: ActorHandle | None = None) -> ObjectRef:
@@ -296,18 +278,7 @@ def put(value, *, _owner: ActorHandle | None = None) -> ObjectRef:
         raise TypeError("Calling put() on an ObjectRef is not allowed; pass the ref itself instead")
     if _owner is not None and not isinstance(_owner, ActorHandle):
         raise TypeError(f"put()'s _owner must be an actor handle (or None), got {type(_owner).__name__}")
-    client = link.local_or_start()
-    if client is None:
-        return process.ray.put(value, _owner)
-    try:
-        ser = serialization.dumps(value, client.shm_prefix)
-    except exceptions.ObjectStoreFullError:
-        raise
-    except Exception as e:
-        raise TypeError(f"Could not serialize the value passed to put(): {e}") from e
-    oid = next_id()
-    client.put(oid, ser)
-    return ObjectRef(oid, True)
+    return link.backend(start=True).put(value, _owner)
 
 
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
@@ -317,11 +288,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
         actor: the handle of the actor to end.
         no_restart: True: for good; False: it restarts if its ``max_restarts`` allows.
     """
-    if link.require() is None:
-        return process.ray.kill(actor, no_restart)
-    if not isinstance(actor, ActorHandle):
-        raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
-    link.require().kill(actor._actor_id, no_restart)
+    link.backend().kill(actor, no_restart)
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
@@ -338,12 +305,7 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"ray.cancel() only supported for object refs. For actors, try ray.kill(). "
                         f"Got: {type(object_ref).__name__}.")
-    client = link.require()
-    if client is None:
-        return process.ray.cancel(object_ref, force, recursive)
-    if force and object_ref.id in client.state("actor_calls", False)[0]:
-        raise ValueError("force=True is not supported for actor tasks.")
-    client.cancel(object_ref.id, force, recursive)
+    link.backend().cancel(object_ref, force, recursive)
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
@@ -353,49 +315,28 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
         name: the name given with ``.options(name=...)``.
         namespace: the namespace to look in (default: the job's).
     """
-    client = link.require()
-    if client is None:
-        return process.ray.get_actor(name, namespace)
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"get_actor needs a non-empty actor name, got name={name!r}")
-    if namespace is not None and (not isinstance(namespace, str) or not namespace):
-        raise ValueError(f"namespace must be a non-empty string (or None), got namespace={namespace!r}")
-    actor_id, meta = client.get_actor(name, namespace)
-    return ActorHandle(actor_id, meta, False)
+    return link.backend().get_actor(name, namespace)
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:
     """Names of the live named actors in the job's namespace, or with all_namespaces=True a
     {"name", "namespace"} dict for each one anywhere (as ray.util.list_named_actors)."""
-    client = link.require()
-    if client is None:
-        return process.ray.list_named_actors(all_namespaces)
-    named = client.named_actors()
-    if all_namespaces:
-        return [{"name": name, "namespace": namespace} for namespace, name in named]
-    current = context.state.namespace
-    return [name for namespace, name in named if namespace == current]
+    return link.backend().list_named_actors(all_namespaces)
 
 
 def cluster_resources() -> dict[str, float]:
     """Every resource the node (or the Ray cluster) has, ``{"CPU": 2.0, ...}``."""
-    client = link.require()
-    return process.ray.cluster_resources() if client is None else client.resources()[0]
+    return link.backend().cluster_resources()
 
 
 def available_resources() -> dict[str, float]:
     """The resources not held by running tasks and actors right now."""
-    client = link.require()
-    return process.ray.available_resources() if client is None else client.resources()[1]
+    return link.backend().available_resources()
 
 
 def nodes() -> list[dict]:
     """Ray's node records (``NodeID``, ``Alive``, ``Resources``, ``Labels``, ...): one here."""
-    if link.require() is None:
-        return process.ray.nodes()
-    total = cluster_resources()
-    return [{"NodeID": context.state.node_id, "Alive": True,
-             "NodeManagerAddress": NODE_IP, "Resources": total, "Labels": context.node_labels()}]
+    return link.backend().nodes()
 
 
 def get_node_ip_address() -> str:
@@ -407,10 +348,7 @@ def get_node_ip_address() -> str:
 
 def get_gpu_ids() -> list:
     """The GPUs the current task or actor holds (ints where the ids are numbers)."""
-    if link.local_or_start() is None:   # (a driver without a runtime starts one, as Ray's does)
-        return process.ray.get_gpu_ids()
-    ids = context.now().accelerator_ids.get("GPU", [])
-    return [int(i) if i.isdigit() else i for i in ids]
+    return link.backend(start=True).get_gpu_ids()   # (a driver without a runtime starts one, as Ray's does)
 
 
 def remote(*args, **options):
@@ -459,4 +397,4 @@ def _make_remote(target, options: dict):
     raise TypeError(f"@remote must decorate a function or a class, got {type(target).__name__}")
 
 
-link.register(start=init, get=get)   # auto-init and ObjectRef.future, for the layers below
+link.register(start=init, get=get, local=LocalBackend())   # auto-init, ObjectRef.future, link.backend()

@@ -1,7 +1,11 @@
-"""The client interface: what the API layer asks of the local runtime in this process. The
-driver's client (raylite.core.node.driver.DriverClient, calls into the node manager) and a
-worker's (raylite.core.worker.client.WorkerClient, requests over its socket) implement it, so the
-API is written once for both; raylite.core.client.process holds this process's one."""
+"""The client interfaces. ``Client``: what the local runtime's API code asks of this process's
+runtime, by ids; the driver's client (raylite.core.node.driver.DriverClient, calls into the node
+manager) and a worker's (raylite.core.worker.client.WorkerClient, requests over its socket)
+implement it, so that code is written once for both (link.process.client holds this process's).
+``Backend``: the API's whole calls, on refs, handles and values; the Ray adapter
+(raylite.core.client.ray_backend) and the local runtime's front end over its Client
+(raylite.core.api.local.LocalBackend) implement it, and ``link.backend()`` gives the one that runs.
+Ray has no ids to offer, hence two interfaces rather than one."""
 from __future__ import annotations
 
 from typing import Protocol
@@ -53,3 +57,30 @@ class Client(Protocol):
 
     def group(self, op: str, *args):
         """A placement-group request: create, remove, info, ..."""
+
+
+class Backend(Protocol):
+    """The API calls both backends carry out whole, once the API has checked their arguments."""
+
+    def get(self, object_refs, timeout: float | None): ...
+
+    def wait(self, object_refs: list, num_returns: int, timeout: float | None, fetch_local: bool) -> tuple[list, list]:
+        """(ready, not_ready), each in the order given, at most ``num_returns`` ready."""
+
+    def put(self, value, owner): ...
+
+    def kill(self, actor, no_restart: bool) -> None: ...
+
+    def cancel(self, object_ref, force: bool, recursive: bool) -> None: ...
+
+    def get_actor(self, name: str, namespace: str | None): ...
+
+    def list_named_actors(self, all_namespaces: bool) -> list: ...
+
+    def cluster_resources(self) -> dict: ...
+
+    def available_resources(self) -> dict: ...
+
+    def nodes(self) -> list[dict]: ...
+
+    def get_gpu_ids(self) -> list: ...

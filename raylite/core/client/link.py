@@ -14,7 +14,7 @@ TYPE_CHECKING = False   # typing's flag (type checkers read it as True) without 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from raylite.core.client.interface import Client
+    from raylite.core.client.interface import Backend, Client
 
 
 class _Process:
@@ -31,15 +31,16 @@ process = _Process()
 
 # what the layers above register when they are imported, so that nothing below imports them:
 # "start" and "get", the API's init (with its defaults) and get (raylite.core.api.runtime), for
-# auto-init and ObjectRef.future; "bind", raylite.dag's node builder (raylite/__init__.py)
-_hooks: dict[str, Callable] = {}
+# auto-init and ObjectRef.future; "local", the local runtime's Backend (raylite.core.api.local);
+# "bind", raylite.dag's node builder (raylite/__init__.py)
+_hooks: dict[str, Callable | Backend] = {}
 
 
-def register(**hooks: Callable) -> None:
+def register(**hooks: Callable | Backend) -> None:
     _hooks.update(hooks)
 
 
-def hook(name: str) -> Callable:
+def hook(name: str) -> Callable | Backend:
     found = _hooks.get(name)
     if found is None:   # registered when `raylite` and its API are imported
         raise exceptions.RaySystemError(f"raylite is not initialized (nothing registered {name!r}): import "
@@ -88,6 +89,15 @@ def local_or_start() -> Client | None:
     if process.client is None and not on_ray():
         hook("start")()
     return process.client
+
+
+def backend(start: bool = False) -> Backend:
+    """The Backend that takes the API's whole calls (raylite.core.client.interface): the local
+    runtime's front end over its client, or the Ray adapter while raylite runs on Ray.
+    ``start``: a driver without a runtime starts one with init()'s defaults first, as Ray's API
+    does; else RaySystemError when none runs."""
+    client = local_or_start() if start else require()
+    return process.ray if client is None else hook("local")
 
 
 def get(refs, timeout: float | None = None):

@@ -2,9 +2,10 @@
 
 Selected by ``init(address=...)``, ``init(backend="ray")`` or ``RAY_ADDRESS``; inside Ray's own
 worker processes raylite attaches to it by itself (raylite.core.client.link.attach), so a task
-that calls ``raylite.get`` or starts a ``Trainer`` uses the cluster it runs on. The API asks
-``process.ray`` (this module, or None for the local runtime) first; nothing above ``core`` knows
-which backend runs it. Ray is imported only here, and only when asked for.
+that calls ``raylite.get`` or starts a ``Trainer`` uses the cluster it runs on. This module is
+then ``process.ray`` and the Backend that ``link.backend()`` gives the API (its functions carry
+the members of raylite.core.client.interface.Backend); the rest is what only Ray has. Nothing
+above ``core`` knows which backend runs it. Ray is imported only here, and only when asked for.
 
 Ray's errors are re-raised as raylite's exception classes of the same name, so code that catches
 ``raylite.exceptions.X`` behaves the same on both backends; a task's error stays an instance of
