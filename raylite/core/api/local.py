@@ -3,6 +3,8 @@ over this process's Client, by ids. runtime.py checks the arguments and hands ea
 ``link.backend()``: this, or the Ray adapter while raylite runs on Ray."""
 from __future__ import annotations
 
+import json
+
 from raylite import exceptions
 from raylite.core.api.remote import ActorHandle
 from raylite.core.client import context
@@ -90,3 +92,11 @@ class LocalBackend:
     def get_gpu_ids(self) -> list:
         ids = context.now().accelerator_ids.get("GPU", [])
         return [int(i) if i.isdigit() else i for i in ids]
+
+    def timeline(self, filename: str | None) -> list[dict] | None:
+        trace, _ = process.client.state("timeline", False)
+        if filename is None:
+            return trace
+        with open(filename, "w") as f:
+            json.dump(trace, f)
+        return None

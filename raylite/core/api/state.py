@@ -344,12 +344,4 @@ def timeline(filename: str | None = None) -> list[dict] | None:
     Perfetto): the list, or, given ``filename``, written there as JSON."""
     if not link.is_initialized():
         raise RuntimeError("Ray has not been started yet. Timeline requires Ray to be initialized first.")
-    if process.client is None:
-        return process.ray.timeline(filename)
-    trace, _ = _query("timeline", False)
-    if filename is None:
-        return trace
-    import json
-    with open(filename, "w") as f:
-        json.dump(trace, f)
-    return None
+    return link.backend().timeline(filename)

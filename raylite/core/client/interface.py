@@ -84,3 +84,6 @@ class Backend(Protocol):
     def nodes(self) -> list[dict]: ...
 
     def get_gpu_ids(self) -> list: ...
+
+    def timeline(self, filename: str | None) -> list[dict] | None:
+        """The finished tasks as Chrome trace events, or (given ``filename``) written there as JSON."""
