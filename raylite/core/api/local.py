@@ -3,8 +3,6 @@ over this process's Client, by ids. runtime.py checks the arguments and hands ea
 ``link.backend()``: this, or the Ray adapter while raylite runs on Ray."""
 from __future__ import annotations
 
-import json
-
 from raylite import exceptions
 from raylite.core.api.remote import ActorHandle
 from raylite.core.client import context
@@ -97,6 +95,7 @@ class LocalBackend:
         trace, _ = process.client.state("timeline", False)
         if filename is None:
             return trace
+        import json   # (not at import: init imports no file or http modules, see test_control)
         with open(filename, "w") as f:
             json.dump(trace, f)
         return None
