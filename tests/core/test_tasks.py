@@ -416,6 +416,19 @@ def test_recursive_remote_function(ray_start):
     assert ray.get(fact.remote(4), timeout=30) == 24
 
 
+@pytest.mark.parametrize("ray_start", [1], indirect=True)
+def test_recursive_remote_function_called_without_its_defaults(ray_start):
+    """The function travels by value and refers to itself: the copy in the worker is built before
+    its defaults are set, and its check at .remote() must still know them."""
+    @ray.remote
+    def fact(n, step=1, *, acc=1):
+        if n <= 1:
+            return acc
+        return ray.get(fact.remote(n - step, acc=acc * n))
+
+    assert ray.get(fact.remote(4), timeout=30) == 24
+
+
 @pytest.mark.parametrize("ray_start", [{"num_cpus": 2, "resources": {"tok": 1}}], indirect=True)
 def test_blocked_task_releases_cpu_but_keeps_custom_resources(ray_start, tmp_path, wait_until):
     release = str(tmp_path / "release")

@@ -49,7 +49,9 @@ class RemoteFunction:
                         f"'{self._name}()', try '{self._name}.remote()'.")
 
     def __reduce__(self):
-        return (RemoteFunction, (self._function, self._options))
+        # the signature goes along: a function that calls itself is rebuilt here while cloudpickle
+        # still builds it, before its defaults are set (its arity would then miss them)
+        return (RemoteFunction, (self._function, self._options), {"_arity": self._arity, "__doc__": self.__doc__})
 
     def options(self, **options) -> submission.Options:
         """The same function with these of ``remote``'s options changed, for the next ``.remote()``."""
