@@ -19,6 +19,7 @@ from raylite.core.wire.resources import NodeResources
 
 HOLD_MAX = 64        # results held back at most (see WorkerClient.send_result)
 HOLD_MAX_S = 0.002   # and for at most this long
+LATE_CHECK_S = 0.01  # while some are held, how often a thread sends them if the next task runs long
 
 
 class WorkerClient:
@@ -67,33 +68,33 @@ class WorkerClient:
             if defer and self.held < HOLD_MAX and now - self.held_since < HOLD_MAX_S:
                 self.chan.defer(msg)
                 self.held += 1
-                if self.held == 1:
-                    if self.late_sender is None:
-                        self.late_sender = threading.Thread(target=self._send_late, daemon=True,
-                                                            name="raylite-held-results")
-                        self.late_sender.start()
+                if self.late_sender is None:
+                    self.late_sender = threading.Thread(target=self._send_late, daemon=True,
+                                                        name="raylite-held-results")
+                    self.late_sender.start()
+                if not self.holding.is_set():
                     self.holding.set()
             else:
                 self.chan.send(msg)
                 self.held = 0
 
     def _send_late(self) -> None:
-        """Send results held back once they are HOLD_MAX_S old: the next task, taken as short
-        from its function's past runs, may run long (or block), and they must not wait for it."""
+        """Send results held back HOLD_MAX_S old or more: the next task, taken as short from its
+        function's past runs, may run long (or block), and they must not wait for it. While some
+        are held it looks every LATE_CHECK_S (waking every HOLD_MAX_S, or once per batch, cost
+        the batch throughput of tiny tasks up to a fifth)."""
         while True:
             self.holding.wait()
-            self.holding.clear()
             while True:
+                time.sleep(LATE_CHECK_S)
                 with self.lock:
-                    if not self.held:
-                        break
-                    left = self.held_since + HOLD_MAX_S - time.perf_counter()
-                    if left <= 0:
+                    if self.held and time.perf_counter() - self.held_since >= HOLD_MAX_S:
                         self._flush_refops()
                         self.chan.flush_deferred()
                         self.held = 0
+                    if not self.held:
+                        self.holding.clear()
                         break
-                time.sleep(left)
 
     def flush(self) -> None:
         """Send what is held back (before this process ends)."""
