@@ -161,3 +161,17 @@ def test_a_result_held_back_comes_while_the_next_task_of_the_line_runs_long(ray_
     finally:
         open(last_gate, "w").close()
     assert ray.get(line[2]) == 2
+
+
+def test_the_state_api_shows_tasks_in_a_line_as_submitted_to_the_worker(ray_start, tmp_path):
+    """As Ray's SUBMITTED_TO_WORKER: on a worker, not running yet (only the task before runs)."""
+    from raylite.util import state
+    gate, first, refs = _busy_with_a_line(tmp_path, 4)
+    try:
+        rows = {r["task_id"]: r["state"] for r in state.list_tasks(filters=[("name", "=", "step")])}
+        lined = _node().call_sync(lambda: [f"{s.task_id:028x}" for w in _node().workers.values() for s in w.ahead])
+        assert lined and {rows[t] for t in lined} == {"SUBMITTED_TO_WORKER"}
+        assert list(rows.values()).count("RUNNING") == 1
+    finally:
+        open(gate, "w").close()
+    assert ray.get(refs) == list(range(4))

@@ -35,7 +35,7 @@ _now = time.time
 # Ray's TaskStatus names
 PENDING_ARGS_AVAIL = "PENDING_ARGS_AVAIL"
 PENDING_NODE_ASSIGNMENT = "PENDING_NODE_ASSIGNMENT"
-SUBMITTED_TO_WORKER = "SUBMITTED_TO_WORKER"   # an actor call the actor has not started yet
+SUBMITTED_TO_WORKER = "SUBMITTED_TO_WORKER"   # an actor call not started yet, or a task in a worker's line
 RUNNING = "RUNNING"
 FINISHED = "FINISHED"
 FAILED = "FAILED"

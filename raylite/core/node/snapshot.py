@@ -72,6 +72,8 @@ def task_state(node, rec: events.TaskEvent, running: set[int]) -> str:
             return events.SUBMITTED_TO_WORKER
     elif proc is not None and (proc.task is spec or (actor is not None and actor.worker is proc)):
         return events.RUNNING
+    elif spec.kind == "task" and any(spec in w.ahead for w in node.workers.values()):
+        return events.SUBMITTED_TO_WORKER   # sent ahead: in a busy worker's line (node/lines.py)
     return events.PENDING_ARGS_AVAIL if _waits_for_args(node, spec) else events.PENDING_NODE_ASSIGNMENT
 
 
