@@ -5,8 +5,10 @@ went one by one (cancel, retries, a worker's death, fail-fast get).
 Each test holds the worker busy on a task waiting for a gate file, queues tasks behind it and
 checks, on the node, that they went ahead to that worker before it opens the gate."""
 import os
+import sys
 import time
 
+import numpy as np
 import pytest
 
 import raylite as ray
@@ -175,3 +177,43 @@ def test_the_state_api_shows_tasks_in_a_line_as_submitted_to_the_worker(ray_star
     finally:
         open(gate, "w").close()
     assert ray.get(refs) == list(range(4))
+
+
+@ray.remote
+def kinds(i, mode="", gate=""):
+    """A tiny task of one kind or another (a large array, an exception, a nested get, an exit),
+    once `gate` exists."""
+    while gate and not os.path.exists(gate):
+        time.sleep(0.005)
+    if mode == "big":
+        return np.full(300_000, i, dtype=np.int64)   # in shared memory
+    if mode == "raise":
+        raise KeyError(i)
+    if mode == "nested":
+        return ray.get(kinds.remote(i + 100))   # gives the line back: its call may be queued behind
+    if mode == "exit":
+        sys.exit(3)
+    return i
+
+
+def test_a_line_of_tasks_of_every_kind_gives_each_its_own_outcome(ray_start, tmp_path):
+    ray.get([kinds.remote(i) for i in range(3)])
+    node = _node()
+    node.call_sync(node.fn_time.__setitem__, kinds._fn_id, 1.0)   # they all queue first
+    gate = str(tmp_path / "gate")
+    first = kinds.remote(-1, "", gate)
+    modes = ["", "big", "raise", "nested", "", "exit", ""]
+    refs = [kinds.remote(i, mode) for i, mode in enumerate(modes[:-1])]
+    _short(kinds)
+    refs.append(kinds.remote(6))   # the node looks at the queue again: they go ahead
+    lined = node.call_sync(lambda: max(len(w.ahead) for w in node.workers.values()))
+    open(gate, "w").close()
+    assert lined == len(modes)
+    assert ray.get(first) == -1
+    assert ray.get(refs[0]) == 0 and (ray.get(refs[1]) == 1).all()
+    with pytest.raises(KeyError):
+        ray.get(refs[2])
+    assert ray.get(refs[3]) == 103 and ray.get(refs[4]) == 4
+    with pytest.raises(exceptions.RayError):
+        ray.get(refs[5], timeout=30)
+    assert ray.get(refs[6], timeout=30) == 6
