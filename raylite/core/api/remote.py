@@ -41,6 +41,7 @@ class RemoteFunction:
         self._retry_on = _retry_on(self._options.get("retry_exceptions", False))
         self._arity = signatures.arity(function)
         self._plain: bool | None = None   # whether its own options take _plain_spec (known after a call)
+        self._plain_fields: tuple = ()    # name, max_calls, max_retries as _spec resolved them
         self._feasible_on = None          # the resources model its request was found feasible on
         self.__doc__ = getattr(function, "__doc__", None)
 
@@ -103,24 +104,20 @@ class RemoteFunction:
             self._plain = (spec.placement is None and spec.unschedulable is None and stream is None
                            and len(return_ids) == 1 and submission.placement_free(options)
                            and self._feasible_on is client.resources_model)
+            self._plain_fields = (name, max_calls, spec.max_retries)
         return spec
 
     def _plain_spec(self, client, args, kwargs) -> TaskSpec:
         """The spec of a call with the function's own options when they ask for nothing the
         general path works out per call (no placement, label selector, stream or several
-        returns; found feasible): what `_spec` makes, with the options resolved once."""
+        returns; found feasible): `_spec`'s result, with the fields it resolved kept (_plain_fields)."""
         if self._feasible_on is not client.resources_model or context.current_placement() is not None:
             return self._spec(client, args, kwargs, self._options, None)
-        options = self._options
-        name = options.get("name") or self._name
-        max_calls = options.get("max_calls")
-        max_retries = options.get("max_retries")
-        return_ids = (next_id(),)
+        name, max_calls, max_retries = self._plain_fields
         args_ser, deps = submission.pack_args(name, args, kwargs, client.shm_prefix)
-        return TaskSpec("task", next_id(), name, args_ser, deps, return_ids, self._fn_id, None, self._request,
-                        self._fresh if max_calls is None else max_calls, 3 if max_retries is None else max_retries,
-                        runtime_env=submission.env_of(options, name, self), retry_exceptions=self._retry_on)
-
+        return TaskSpec("task", next_id(), name, args_ser, deps, (next_id(),), self._fn_id, None, self._request,
+                        max_calls, max_retries, runtime_env=submission.env_of(self._options, name, self),
+                        retry_exceptions=self._retry_on)
 
 def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None, **options):
     """`@ray.method(...)` on an actor method: its call options, as Ray's.
