@@ -72,7 +72,7 @@ else:
 
 def _bind(target, args: tuple, kwargs: dict):
     """``.bind()`` of a remote function, actor class or method: a raylite.dag node (imported on first use)."""
-    from raylite.dag import bind
+    from raylite.dag.nodes import bind
     return bind(target, args, kwargs)
 
 

@@ -228,7 +228,7 @@ _NOT_COMPILED = object()
 
 
 def _compiled_results(object_refs, timeout):
-    """get() of a compiled graph's result (raylite.experimental.compiled_dag), or of a list of
+    """get() of a compiled graph's result (raylite.dag.compiled_dag_node), or of a list of
     them; _NOT_COMPILED for anything else."""
     if getattr(object_refs, "_raylite_compiled", False):
         return object_refs.get(timeout)
