@@ -242,3 +242,59 @@ def test_a_worker_without_a_shared_count_holds_nothing_back(node, tmp_path):
     assert _dones(node, 1) == [(ids[0], True)]
     open(gate, "w").close()
     assert _dones(node, 1) == [(ids[1], True)]
+
+
+class _Writes:
+    """A socket that keeps each write apart, to count them."""
+
+    def __init__(self):
+        self.writes: list[bytes] = []
+
+    def sendall(self, data) -> None:
+        self.writes.append(bytes(data))
+
+
+def _messages(data: bytes) -> list:
+    reader = Channel(None)
+    reader.rbuf += data
+    out = []
+    while reader.has_message():
+        out.append(reader.recv())
+    return out
+
+
+def _client():
+    from raylite.core.wire.resources import NodeResources
+    from raylite.core.worker.client import WorkerClient
+    sock = _Writes()
+    return WorkerClient(Channel(sock), "raylite-test-", NodeResources({"CPU": 1}, {})), sock
+
+
+def test_reference_ops_go_out_in_the_write_of_the_message_that_follows():
+    """Each write is a system call, and wakes a node thread that sleeps: the ops that pickling
+    and GC queued ride with the next message instead of costing a write of their own."""
+    client, sock = _client()
+    client.release(7)
+    client.addref(8)
+    client.send((protocol.PUT, 1, "value"))
+    assert len(sock.writes) == 1, sock.writes
+    assert _messages(sock.writes[0]) == [(protocol.REFS, [(protocol.RELEASE, 7), (protocol.ADDREF, 8)]),
+                                         (protocol.PUT, 1, "value")]
+
+
+def test_a_tasks_metrics_go_out_in_the_write_of_its_result(monkeypatch):
+    """The driver has a call's metrics once get returns its result: they go ahead of the DONE, in
+    the same write."""
+    from types import SimpleNamespace
+
+    from raylite.core.worker.executor import Executor
+    points = [("calls", (), 1.0)]
+    store = SimpleNamespace(pending=True, take=lambda: points)
+    monkeypatch.setitem(sys.modules, "raylite.core.client.metrics", SimpleNamespace(store=store))
+    client, sock = _client()
+    spec = TaskSpec("task", 5, "f", serialization.dumps_args((), {}, None)[0], return_ids=(5 << 8,), fn_id="f")
+    Executor(client).finish(spec, [serialization.dumps(1, None)])
+    assert len(sock.writes) == 1, sock.writes
+    metrics, done = _messages(sock.writes[0])
+    assert metrics == (protocol.METRICS, points)
+    assert done[:2] == (protocol.DONE, 5)

@@ -44,14 +44,23 @@ class WorkerClient:
     # -- plumbing --
     def send(self, msg) -> None:
         with self.lock:
-            self._flush_refops()
+            self._defer_refops()
             self.chan.send(msg)
             self.held = 0
 
-    def _flush_refops(self) -> None:
+    def send_ahead(self, msg) -> None:
+        """Queue msg to go out in the same write as whatever this worker sends next (a task's
+        METRICS with its DONE); waiting for the next message sends it too (next_message)."""
+        with self.lock:
+            self._defer_refops()
+            self.chan.defer(msg)
+
+    def _defer_refops(self) -> None:
+        """Reference ops go ahead of the message that follows, in its write (a system call and,
+        for a node that sleeps, a wake-up less than a write of their own)."""
         if self.refops:
             ops, self.refops = self.refops, []
-            self.chan.send((REFS, ops))
+            self.chan.defer((REFS, ops))
 
     def send_result(self, msg, defer: bool) -> None:
         """A task's DONE, or with `defer` (another short task is here already to run next) held
@@ -59,9 +68,7 @@ class WorkerClient:
         HOLD_MAX_S. Whatever this worker sends next, or waiting for its next message, sends
         them first (Channel.send), so a single task's result never waits."""
         with self.lock:
-            if self.refops:
-                ops, self.refops = self.refops, []
-                self.chan.defer((REFS, ops))
+            self._defer_refops()
             now = time.perf_counter()
             if not self.held:
                 self.held_since = now
@@ -89,7 +96,7 @@ class WorkerClient:
                 time.sleep(LATE_CHECK_S)
                 with self.lock:
                     if self.held and time.perf_counter() - self.held_since >= HOLD_MAX_S:
-                        self._flush_refops()
+                        self._defer_refops()
                         self.chan.flush_deferred()
                         self.held = 0
                     if not self.held:
@@ -99,7 +106,7 @@ class WorkerClient:
     def flush(self) -> None:
         """Send what is held back (before this process ends)."""
         with self.lock:
-            self._flush_refops()
+            self._defer_refops()
             self.chan.flush_deferred()
             self.held = 0
 
@@ -115,8 +122,9 @@ class WorkerClient:
             req = next(self.req_ids)
             if reply is not None:
                 self.replies[req] = reply
-            self._flush_refops()
+            self._defer_refops()
             self.chan.send((msg_kind, req) + args)
+            self.held = 0   # (what was held went out first)
             while reply is None:
                 msg = incoming(self.chan.recv())
                 if msg is None:
@@ -146,7 +154,8 @@ class WorkerClient:
             return self.inbox.popleft()
         if self.chan.has_message():
             return incoming(self.chan.recv())
-        self.flush()
+        if self.refops or self.chan.deferred:   # (a sync task's DONE went out already: nothing to lock)
+            self.flush()
         # a single-threaded worker waits for its next task polling first, for as long as its last
         # wait suggests (see protocol.spin_for); with more threads, the polling one would compete
         # for the GIL

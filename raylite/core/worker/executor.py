@@ -344,12 +344,12 @@ def actor_method(actor, name: str):
 
 
 def report_metrics(client: WorkerClient) -> None:
-    """Send the driver what ray.util.metrics recorded here since the last report (ahead of the
-    result that follows, so the driver has them once get returns it). The module is imported only
-    by a worker whose user code records metrics."""
+    """Send the driver what ray.util.metrics recorded here since the last report, in the write of
+    the result that follows (so the driver has them once get returns it). The module is imported
+    only by a worker whose user code records metrics."""
     metrics = sys.modules.get("raylite.core.client.metrics")
     if metrics is not None and metrics.store.pending:
-        client.send((METRICS, metrics.store.take()))
+        client.send_ahead((METRICS, metrics.store.take()))
 
 
 def _log_sizes() -> tuple[int, int] | None:
