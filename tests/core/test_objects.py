@@ -347,3 +347,44 @@ def test_object_ref_from_its_bytes_and_as_future(ray_start):
         return await ref.as_future()
 
     assert asyncio.run(main()) == 42
+
+
+def test_a_refs_task_id_is_the_task_that_made_it(ray_start):
+    """As Ray's: a return's, a yielded value's and a put value's ``task_id()`` is the id
+    get_runtime_context().get_task_id() gave inside the task that made it."""
+    def current():
+        return ray.get_runtime_context().get_task_id()
+
+    mine = ray.remote(current)
+
+    @ray.remote(num_returns=2)
+    def pair():
+        return current(), "second"
+
+    @ray.remote
+    def puts():
+        return [ray.put(1), ray.put(2)], current()
+
+    @ray.remote
+    def yields():
+        yield current()
+
+    @ray.remote
+    class Actor:
+        def mine(self):
+            return current()
+
+    ref, other = mine.remote(), mine.remote()
+    assert isinstance(ref.task_id(), ray.TaskID) and ref.task_id().hex() == ray.get(ref)
+    assert other.task_id() != ref.task_id() and other.task_id().hex() == ray.get(other)
+    first, second = pair.remote()
+    assert first.task_id() == second.task_id() and first.task_id().hex() == ray.get(first)
+    (put_one, put_two), putter = ray.get(puts.remote())
+    assert put_one != put_two and put_one.task_id().hex() == put_two.task_id().hex() == putter
+    assert ray.get([put_one, put_two]) == [1, 2] and ray.ObjectRef(put_one.binary()) == put_one
+    item = next(yields.remote())
+    assert item.task_id().hex() == ray.get(item)
+    call = Actor.remote().mine.remote()
+    assert call.task_id().hex() == ray.get(call)
+    driver_put = ray.put(0)   # the driver runs no task: its puts share one id, no task's
+    assert driver_put.task_id() == ray.put(1).task_id() not in (ref.task_id(), other.task_id(), put_one.task_id())

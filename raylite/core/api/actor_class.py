@@ -239,13 +239,14 @@ class ActorMethod(metaclass=BackendType):
             signatures.check(shape, args, kwargs, name)
         if handle._max_pending > 0:
             handle._admit(client, name)
-        return_ids, stream = submission.returns(options.get("num_returns", self._num_returns))
+        task_id = next_id()
+        return_ids, stream = submission.returns(task_id, options.get("num_returns", self._num_returns))
         args_ser, deps = submission.pack_args(name, args, kwargs, client.shm_prefix)
         declared = handle._call_options.get(self._name) or {}
         retry_on = (_retry_on(options["retry_exceptions"]) if "retry_exceptions" in options
                     else declared.get("retry_exceptions", False))   # (as type names, see `method`)
         options = {**declared, **options}
-        spec = TaskSpec("actor_call", next_id(), name, args_ser, deps, return_ids,
+        spec = TaskSpec("actor_call", task_id, name, args_ser, deps, return_ids,
                         max_retries=options.get("max_task_retries"),   # None: the actor's own
                         actor_id=handle._actor_id, method=self._name, stream=stream,
                         concurrency_group=options.get("concurrency_group"),

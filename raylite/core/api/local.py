@@ -6,7 +6,7 @@ from __future__ import annotations
 from raylite import exceptions
 from raylite.core.api.remote import ActorHandle
 from raylite.core.client import context
-from raylite.core.client.link import next_id, process
+from raylite.core.client.link import process, put_id
 from raylite.core.client.objects import ObjectRef
 from raylite.core.client.streams import ObjectRefGenerator
 from raylite.core.wire import serialization
@@ -47,7 +47,7 @@ class LocalBackend:
             raise
         except Exception as e:
             raise TypeError(f"Could not serialize the value passed to put(): {e}") from e
-        oid = next_id()
+        oid = put_id(context.running_task_id())
         client.put(oid, ser)
         return ObjectRef(oid, True)
 

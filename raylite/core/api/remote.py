@@ -10,7 +10,7 @@ from raylite.core.api.actor_class import ActorClass, ActorClassInheritanceExcept
 from raylite.core.api.options import METHOD_OPTIONS, TASK_OPTIONS, check
 from raylite.core.api.options import retry_on as _retry_on
 from raylite.core.client import context
-from raylite.core.client.link import next_id, process
+from raylite.core.client.link import next_id, process, return_id
 from raylite.core.wire import signatures
 from raylite.core.wire.signatures import is_coroutine_function
 from raylite.core.wire.protocol import TaskSpec
@@ -86,13 +86,14 @@ class RemoteFunction:
     def _spec(self, client, args, kwargs, options: dict, holder) -> TaskSpec:
         request = self._request if options is self._options else submission.request_of(options, 1.0)
         name = options.get("name") or self._name
-        return_ids, stream = submission.returns(options.get("num_returns", self._returns))
+        task_id = next_id()
+        return_ids, stream = submission.returns(task_id, options.get("num_returns", self._returns))
         max_calls = options.get("max_calls")
         if max_calls is None:   # accelerator tasks get a fresh process: frameworks never free device memory
             max_calls = self._fresh if request is self._request else int(_uses_accelerators(request))
         max_retries = options.get("max_retries")
         args_ser, deps = submission.pack_args(name, args, kwargs, client.shm_prefix)
-        spec = TaskSpec("task", next_id(), name, args_ser, deps, return_ids,
+        spec = TaskSpec("task", task_id, name, args_ser, deps, return_ids,
                         self._fn_id, None, request, max_calls, 3 if max_retries is None else max_retries,
                         runtime_env=submission.env_of(options, name, holder or self),
                         placement=submission.placement(options, request, name),
@@ -115,7 +116,8 @@ class RemoteFunction:
             return self._spec(client, args, kwargs, self._options, None)
         name, max_calls, max_retries = self._plain_fields
         args_ser, deps = submission.pack_args(name, args, kwargs, client.shm_prefix)
-        return TaskSpec("task", next_id(), name, args_ser, deps, (next_id(),), self._fn_id, None, self._request,
+        task_id = next_id()
+        return TaskSpec("task", task_id, name, args_ser, deps, (return_id(task_id, 0),), self._fn_id, None, self._request,
                         max_calls, max_retries, runtime_env=submission.env_of(self._options, name, self),
                         retry_exceptions=self._retry_on)
 

@@ -9,7 +9,7 @@ import warnings
 from raylite import exceptions
 from raylite.core.client import context, link, streams
 from raylite.core.client.objects import ObjectRef
-from raylite.core.client.link import next_id, process
+from raylite.core.client.link import process, return_id
 from raylite.core.envs import runtime_env
 from raylite.core.wire import serialization
 from raylite.core.wire.protocol import TaskSpec
@@ -121,13 +121,13 @@ def warn_if_infeasible(client, name: str, request: dict, holder=None) -> None:
                       f"raises InfeasibleTaskError.", UserWarning, stacklevel=4)
 
 
-def returns(num_returns) -> tuple[tuple, str | None]:
-    """Return ids for num_returns, and the generator mode if it names one."""
+def returns(task_id: int, num_returns) -> tuple[tuple, str | None]:
+    """The task's return ids for num_returns, and the generator mode if it names one."""
     if num_returns == 1:
-        return (next_id(),), None
+        return (return_id(task_id, 0),), None
     if num_returns in streams.MODES:
-        return (next_id(),), num_returns
-    return tuple(next_id() for _ in range(num_returns)), None
+        return (return_id(task_id, 0),), num_returns
+    return tuple(return_id(task_id, i) for i in range(num_returns)), None
 
 
 def refs(spec: TaskSpec):

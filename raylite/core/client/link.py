@@ -106,8 +106,36 @@ def get(refs, timeout: float | None = None):
 
 
 def next_id() -> int:
-    """Ids unique in the session without a round trip: process index in the high bits."""
+    """Ids unique in the session without a round trip: process index in the high bits (a task's
+    id, and the low 64 bits of every object id below, while indexes stay under 2**23)."""
     return (process.index << 40) | next(process.counter)
+
+
+# An object's id names the task that made it, as Ray's do, so ObjectRef.task_id() needs no round
+# trip: a task's return i is its id | (i + 1) << 64; a generator's yielded value is ITEM_TAG |
+# its completion (return) id << ITEM_INDEX_BITS | index (raylite.core.client.streams); a put
+# value is PUT_TAG | next_id() << 64 | the putting task's id (0 outside tasks). Other refs (a
+# placement group's ready()) are plain next_id()s, made by no task: they name themselves.
+_TASK_BITS = (1 << 64) - 1
+ITEM_TAG = 1 << 100
+ITEM_INDEX_BITS = 24
+PUT_TAG = 1 << 127
+
+
+def return_id(task_id: int, index: int) -> int:
+    return task_id | (index + 1) << 64
+
+
+def put_id(task_id: int | None) -> int:
+    """A new put value's id, made in the task `task_id` (None: the driver, or no task)."""
+    return PUT_TAG | next_id() << 64 | (task_id or 0)
+
+
+def made_by(object_id: int) -> int:
+    """The id of the task that made an object (see return_id and put_id)."""
+    if object_id < PUT_TAG and object_id & ITEM_TAG:
+        object_id >>= ITEM_INDEX_BITS
+    return object_id & _TASK_BITS
 
 
 def minted_by(object_id: int) -> int:

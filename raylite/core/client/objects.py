@@ -17,6 +17,7 @@ import threading
 from raylite.core.client import link
 from raylite.core.client.link import process
 from raylite.core.wire import refs
+from raylite.core.wire.ids import TaskID
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -78,10 +79,13 @@ class ObjectRef(metaclass=BackendType):
         return self.id == 0
 
     def binary(self) -> bytes:
-        return self.id.to_bytes(14, "big")
+        return self.id.to_bytes(max(14, (self.id.bit_length() + 7) // 8), "big")   # a put's id: 16
 
-    def task_id(self) -> str:
-        return self.hex()
+    def task_id(self) -> TaskID:
+        """The task that made the object, as Ray's: its ``.hex()`` is what
+        ``get_runtime_context().get_task_id()`` gave inside that task (for a put value, the putting
+        task; from the driver, an id of zeros, as the driver runs no task)."""
+        return TaskID(link.made_by(self.id).to_bytes(14, "big"))
 
     def __repr__(self) -> str:
         return f"ObjectRef({self.hex()})"

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 from raylite.core.client.objects import BackendType, ObjectRef
 
-from raylite.core.client.link import process
+from raylite.core.client.link import ITEM_INDEX_BITS, ITEM_TAG, process
 
 MODES = ("streaming", "dynamic")
-_ITEM_TAG = 1 << 100       # above every id next_id() makes
-_INDEX_BITS = 24
 
 
 def item_id(completion_id: int, index: int) -> int:
-    if index >> _INDEX_BITS:
-        raise ValueError(f"a generator task may yield at most {1 << _INDEX_BITS} values")
-    return _ITEM_TAG | (completion_id << _INDEX_BITS) | index
+    if index >> ITEM_INDEX_BITS:
+        raise ValueError(f"a generator task may yield at most {1 << ITEM_INDEX_BITS} values")
+    return ITEM_TAG | (completion_id << ITEM_INDEX_BITS) | index
 
 
 class Stream:
