@@ -273,25 +273,106 @@ def test_a_reused_segment_is_written_through_the_drivers_own_mapping_without_fau
     assert not out.flags.writeable and out[-1] == 3.0   # read-only, as Ray's
 
 
+class _Clock:
+    """The pool's clock, moved by the test: its idle rules then never depend on the machine's speed."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def segment_file():
+    """factory: a segment-sized file under the pool's directory, removed after the test."""
+    from raylite.core.wire import segments
+    made = []
+
+    def make(size: int = 4096) -> str:
+        name = f"raylite-pooltest-{os.getpid()}-{len(made)}"
+        with open(segments._path(name), "wb") as f:
+            f.truncate(size)
+        made.append(name)
+        return name
+
+    yield make
+    segments.unlink_segments(made)
+
+
+def test_the_pool_keeps_segments_only_while_the_driver_puts(segment_file):
+    """Nothing is pooled before the driver's first look for a segment, nor once it has not looked
+    for IDLE_S (nothing would take the segment); within IDLE_S a freed segment is pooled for it."""
+    from raylite.core.wire import segments
+    clock = _Clock()
+    pool = SegmentPool(1 << 20, clock)
+    name = segment_file()
+    assert not pool.give(name, 4096, None) and pool.bytes == 0   # the driver never put
+    assert pool.take(4096) is None   # the driver puts now: nothing pooled yet
+    clock.now += SegmentPool.IDLE_S
+    assert pool.give(name, 4096, None) and pool.bytes == 4096
+    taken, mapping = pool.take(3000)   # fits without wasting half of it
+    assert taken == name and len(mapping.mm) == 4096 and pool.bytes == 0
+    mapping.close()
+    clock.now += SegmentPool.IDLE_S + 1
+    assert not pool.give(name, 4096, None) and pool.bytes == 0   # last take too long ago
+    assert os.path.exists(segments._path(name))   # refused: the caller unlinks it, not the pool
+
+
+def test_a_pooled_segment_is_removed_idle_s_after_it_was_freed(segment_file):
+    from raylite.core.wire import segments
+    clock = _Clock()
+    pool = SegmentPool(1 << 20, clock)
+    assert pool.next_expiry() is None and pool.take(4096) is None
+    first, second = segment_file(), segment_file()
+    assert pool.give(first, 4096, None)
+    clock.now += 4
+    assert pool.give(second, 4096, None) and pool.next_expiry() == SegmentPool.IDLE_S - 4
+    clock.now += SegmentPool.IDLE_S - 4 - 0.5
+    pool.expire()   # not due yet
+    assert pool.bytes == 8192 and pool.next_expiry() == 0.5
+    clock.now += 0.5
+    pool.expire()
+    assert not os.path.exists(segments._path(first)) and os.path.exists(segments._path(second))
+    assert pool.bytes == 4096 and pool.next_expiry() == 4
+    clock.now += 4
+    pool.expire()
+    assert not os.path.exists(segments._path(second)) and pool.bytes == 0 and pool.next_expiry() is None
+
+
 @pytest.mark.timeout(60)
 def test_pooled_segments_nobody_reuses_are_removed(ray_start, monkeypatch):
     """Each large task result is a new segment; freed, it is pooled for a later put. Results
-    that no put reuses must not pile up in /dev/shm until shutdown."""
+    that no put reuses must not pile up in /dev/shm until shutdown: the node trims them once
+    IDLE_S has passed on the pool's clock, which the test holds still and then moves."""
     from raylite.core.wire import segments
-    # long enough for the 8 tasks below to run within it on a loaded machine (with 0.3 s, the pool
-    # sometimes took none of their results: the driver's last put was too long ago)
-    monkeypatch.setattr(SegmentPool, "IDLE_S", 1.5)
+    clock = _Clock()
+    monkeypatch.setattr(segments.pool, "clock", clock)
 
     @ray.remote
     def make(i):
         return np.full(N, float(i))
 
+    @ray.remote
+    def nothing():
+        """A round trip through the node thread, which trims the pool after the messages it handles."""
+
+    def pooled() -> set[str]:
+        with segments.pool.lock:
+            return {os.path.join(segments.SHM_DIR, n) for n in (*segments.pool.free, *segments.pool.lingering)}
+
     before = _session_segments()
     kept = ray.get(ray.put(np.ones(N)))   # the driver puts: freed segments are pooled from now on
     for i in range(8):
         assert ray.get(make.remote(i))[0] == float(i)
-    assert len(_session_segments() - before) > 1, "the results' segments were not pooled at all"
-    assert _settle(lambda: not (_session_segments() - before), timeout=10)   # the node trims on its own
+    made = _session_segments() - before
+    assert len(made) == 9 and _settle(lambda: pooled() == made), "the results' segments were not all pooled"
+    clock.now += SegmentPool.IDLE_S - 0.5
+    ray.get(nothing.remote())
+    assert _session_segments() - before == made == pooled()   # not due yet
+    clock.now += 0.5
+    ray.get(nothing.remote())
+    assert _settle(lambda: not (_session_segments() - before), timeout=10)
     assert segments.pool.bytes == 0
     assert float(kept.sum()) == float(N)   # unlinking did not touch what the driver still reads
 

@@ -6,6 +6,7 @@ import mmap
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from raylite.core.wire.segments import _POPULATE, HUGE_MARK, SPILL_MARK, Mapping, _map_huge, _path, unlink_segments
 
@@ -20,8 +21,10 @@ class SegmentPool:
 
     IDLE_S = 10.0
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, clock: Callable[[], float] = time.monotonic):
+        """``clock``: seconds, read for the idle rules above (a test drives its own)."""
         self.capacity = capacity
+        self.clock = clock
         self.lock = threading.Lock()   # the node gives, user threads take
         self.free: dict[str, tuple[int, Mapping | None, float]] = {}
         self.lingering: dict[str, tuple[int, Mapping, float]] = {}
@@ -31,7 +34,7 @@ class SegmentPool:
 
     def give(self, name: str, size: int, mm: Mapping | None) -> bool:
         with self.lock:
-            now = time.monotonic()
+            now = self.clock()
             if self.bytes + size > self.capacity or now - self.last_take > self.IDLE_S or name.endswith(SPILL_MARK):
                 return False
             if mm is not None and mm.in_use():
@@ -45,7 +48,7 @@ class SegmentPool:
     def take(self, n: int) -> tuple[str, Mapping] | None:
         """The smallest pooled segment that holds n bytes without wasting half of it."""
         with self.lock:
-            self.last_take = time.monotonic()
+            self.last_take = self.clock()
             for name, (size, mm, since) in list(self.lingering.items()):
                 if not mm.in_use():
                     del self.lingering[name]
@@ -82,12 +85,12 @@ class SegmentPool:
 
     def next_expiry(self) -> float | None:
         """Seconds until a pooled segment is due for removal (None: the pool is empty)."""
-        return None if self.due == float("inf") else max(0.0, self.due - time.monotonic())
+        return None if self.due == float("inf") else max(0.0, self.due - self.clock())
 
     def expire(self) -> None:
         """Remove the segments pooled for longer than IDLE_S. A lingering one's mapping is only
         dropped: the driver's arrays that read it keep it alive until they go."""
-        now = time.monotonic()
+        now = self.clock()
         if now < self.due:
             return
         with self.lock:
