@@ -1,6 +1,5 @@
 """`ray.util.queue.Queue`, from Ray's "Utility Classes" docs, on raylite."""
 import queue as std_queue
-import time
 
 import pytest
 
@@ -27,17 +26,20 @@ def test_doc_snippet_consumers_drain_the_queue(ray_start):
     assert sorted(got[0] + got[1]) == list(range(20))
 
 
-def test_blocked_get_is_served_by_a_later_put(ray_start):
+def test_blocked_get_is_served_by_a_later_put(ray_start, wait_until):
+    from raylite.util.state import list_tasks
     q = ray.util.queue.Queue()
 
     @ray.remote
-    def late_put(queue):
-        time.sleep(0.2)
-        queue.put("late")
+    def getter(queue):
+        return queue.get(timeout=30)
 
-    pending = late_put.remote(q)
-    assert q.get(timeout=10) == "late"
-    ray.get(pending)
+    pending = getter.remote(q)
+    wait_until(lambda: [t for t in list_tasks(filters=[("name", "=", "_QueueActor.get")]) if t.state == "RUNNING"],
+               what="the queue's get blocked in its actor")
+    assert ray.wait([pending], timeout=0)[0] == []
+    q.put("late")
+    assert ray.get(pending, timeout=30) == "late"
 
 
 def test_bounded_queue_full_and_empty(ray_start):
