@@ -12,7 +12,8 @@ streams one JSON line per figure, and a crash or timeout keeps the figures so fa
 each: start + first result; tiny tasks (a no-op with one small argument) with a result each, and a
 batch submitted then gathered (best of --rounds each); a task summing a 100 MB array passed as its
 argument; actor calls (n/a where the peer has no actors); put + get of the array beside an
-in-process copy. The raw pipe round trip between two processes is the ceiling for "result each".
+in-process copy. The raw pipe round trip between two processes, each on its own CPU, is the ceiling
+for "result each" (printed beside the same on one CPU, where no wake-up crosses CPUs).
 Each cell shows its figure and, in brackets, its speed relative to the best peer (1.00 = best).
 """
 import argparse, importlib.util, json, os, sys
@@ -290,14 +291,21 @@ def child(name, outfile, args):
         out.close()
 
 
-def pipe_round_trips(n, rounds):
+def pipe_round_trips(n, rounds, cpus=None):
     """Round trips per second of one byte each way over a pair of pipes between two processes:
-    the most a synchronous submit-then-get can reach here."""
+    the most a synchronous submit-then-get can reach here without spinning. `cpus`: the CPUs to
+    pin this process and the echo to (unpinned, the figure is whichever placement the scheduler
+    picked: on this VM a wake-up across CPUs costs tens of microseconds, on the same CPU a few)."""
+    mine = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, {cpus[0]})
     down_r, down_w = os.pipe()
     up_r, up_w = os.pipe()
     pid = os.fork()
     if pid == 0:   # echo until the parent closes its end
         try:
+            if cpus:
+                os.sched_setaffinity(0, {cpus[1]})
             os.close(down_w)
             os.close(up_r)
             while os.read(down_r, 1):
@@ -316,6 +324,15 @@ def pipe_round_trips(n, rounds):
         os.close(down_w)
         os.close(up_r)
         os.waitpid(pid, 0)
+        os.sched_setaffinity(0, mine)
+
+
+def pipe_ceilings(n, rounds):
+    """The pipe round trip with the two processes on two CPUs (as raylite's driver and worker run:
+    the ceiling of 'result each'; None on one CPU) and on one."""
+    cpus = sorted(os.sched_getaffinity(0))
+    two = pipe_round_trips(n, rounds, (cpus[0], cpus[1])) if len(cpus) > 1 else None
+    return two, pipe_round_trips(n, rounds, (cpus[0], cpus[0]))
 
 
 # ---------------------------------------------------------------- parent side
@@ -372,8 +389,14 @@ def table(peers, results, args, ceiling):
     line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
     lines = [line(head), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
     sync = results.get("raylite", {}).get("sync_per_s")
-    lines.append(f"ceiling of 'result each': raw pipe round trip between two processes {ceiling:,.0f} /s"
-                 + (f" (raylite at {sync / ceiling:.0%} of it)" if numeric(sync) else ""))
+    two, one = ceiling
+    if two is not None:
+        lines.append(f"ceiling of 'result each': raw pipe round trip between two processes on two CPUs {two:,.0f} /s"
+                     + (f" (raylite at {sync / two:.0%} of it)" if numeric(sync) else "")
+                     + f"; on one CPU {one:,.0f} /s (no wake-up crosses CPUs; spinning beats both: bench/doorbell.py)")
+    else:
+        lines.append(f"ceiling of 'result each': raw pipe round trip between two processes on this one CPU {one:,.0f} /s"
+                     + (f" (raylite at {sync / one:.0%} of it)" if numeric(sync) else ""))
     lines.append(f"(n) = speed relative to the best peer; {WORKERS} workers each; best of {args.rounds} "
                  f"round(s) (fewer after {FIGURE_BUDGET_S:g} s), {args.sync:,} calls (or {ROUND_CAP_S:g} s) per "
                  "'result each' round")
@@ -431,7 +454,7 @@ def main():
             ap.error(f"--peers: unknown peer(s) {', '.join(map(repr, unknown)) or 'none given'}; "
                      f"expected some of {', '.join(PEERS)}")
     load = os.getloadavg()
-    ceiling = pipe_round_trips(args.sync * 5, args.rounds)
+    ceiling = pipe_ceilings(args.sync * 5, args.rounds)
     results = {}
     for p in peers:
         print(f"measuring {p} ...", file=sys.stderr, flush=True)
@@ -440,7 +463,8 @@ def main():
     print(table(peers, results, args, ceiling))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"load": [load[0], os.getloadavg()[0]], "pipe_per_s": ceiling, "results": results}, f, indent=1)
+            json.dump({"load": [load[0], os.getloadavg()[0]], "pipe_per_s": ceiling[0] or ceiling[1],
+                       "pipe_one_cpu_per_s": ceiling[1], "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
