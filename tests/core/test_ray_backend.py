@@ -98,6 +98,37 @@ def test_init_after_ray_closed_the_connection_itself_starts_afresh(monkeypatch):
     assert raylite.init(backend="ray") == "connected"
 
 
+@pytest.mark.parametrize("before", [None, "pdb.set_trace"])
+@pytest.mark.parametrize("ended_by", ["raylite", "ray"])
+def test_the_breakpoint_hook_rays_init_set_is_taken_back_when_the_connection_ends(monkeypatch, before, ended_by):
+    """Ray's init points PYTHONBREAKPOINT at Ray's debugger for good: once raylite's connection
+    ends (its shutdown, or Ray's own), the driver's value is back, so a local runtime started
+    next in this process does not hand its workers' breakpoint() to a debugger nothing serves."""
+    import ray
+    from raylite.core.client import ray_backend
+    initialized = []
+
+    def ray_init(**kwargs):   # what Ray's init does to the environment (no cluster needed)
+        os.environ["PYTHONBREAKPOINT"] = "ray.util.rpdb._driver_set_trace"
+        initialized.append(True)
+
+    monkeypatch.setattr(ray, "init", ray_init)
+    monkeypatch.setattr(ray, "shutdown", initialized.clear)
+    monkeypatch.setattr(ray, "is_initialized", lambda: bool(initialized))
+    if before is None:
+        monkeypatch.delenv("PYTHONBREAKPOINT", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONBREAKPOINT", before)
+    ray_backend.connect(None, False, True, True)
+    assert os.environ["PYTHONBREAKPOINT"] == "ray.util.rpdb._driver_set_trace"   # Ray's, while connected
+    if ended_by == "raylite":
+        ray_backend.shutdown()
+    else:
+        ray.shutdown()
+        assert ray_backend.disconnected()
+    assert os.environ.get("PYTHONBREAKPOINT") == before
+
+
 def test_register_serializer_refuses_bad_arguments_on_the_ray_backend_too(monkeypatch):
     from raylite.core.client import link
     from raylite.util import register_serializer

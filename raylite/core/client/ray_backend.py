@@ -50,6 +50,8 @@ def connect(address: str | None, ignore_reinit_error: bool, log_to_driver: bool,
     # the workers' output reaches the driver with plain prefixes, "(task pid=N) ...", as from the
     # local runtime (Ray colours them unless told otherwise)
     os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    global _breakpoint_before
+    _breakpoint_before = os.environ.get(_BREAKPOINT_ENV)
     try:
         info = ray.init(address=address, ignore_reinit_error=ignore_reinit_error, log_to_driver=log_to_driver,
                         configure_logging=configure_logging, **options)
@@ -96,6 +98,11 @@ def context():
 
 
 _connected = False   # whether raylite's init made this process's Ray connection
+# Ray's init points PYTHONBREAKPOINT at its own debugger and never takes it back: the driver's
+# value before, restored when the connection ends, else a later local runtime's workers (which
+# inherit the driver's environment) would send breakpoint() to a debugger nothing serves
+_BREAKPOINT_ENV = "PYTHONBREAKPOINT"
+_breakpoint_before: str | None = None
 
 
 def shutdown(exiting_interpreter: bool = False) -> None:
@@ -104,7 +111,16 @@ def shutdown(exiting_interpreter: bool = False) -> None:
     global _connected
     if _connected or not exiting_interpreter:
         _ray().shutdown()
+    if _connected:
+        _restore_breakpoint()
     _connected = False
+
+
+def _restore_breakpoint() -> None:
+    if _breakpoint_before is None:
+        os.environ.pop(_BREAKPOINT_ENV, None)
+    else:
+        os.environ[_BREAKPOINT_ENV] = _breakpoint_before
 
 
 def disconnected() -> bool:
@@ -115,6 +131,8 @@ def disconnected() -> bool:
     global _connected
     if _ray().is_initialized():
         return False
+    if _connected:
+        _restore_breakpoint()
     _connected = False
     return True
 
