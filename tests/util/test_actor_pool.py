@@ -13,8 +13,11 @@ class Doubler:
     def double(self, n):
         return n * 2
 
-    def slow_double(self, n):
-        time.sleep(0.3 if n == 0 else 0.0)
+    def gated_double(self, n, gate):
+        """n == 0 waits for the file ``gate``, which the test creates when it wants that result."""
+        import os
+        while n == 0 and not os.path.exists(gate):
+            time.sleep(0.01)
         return n * 2
 
     def pid(self, _):
@@ -34,10 +37,13 @@ def test_work_is_spread_over_every_actor(ray_start):
     assert len(set(pids)) == 2
 
 
-def test_map_unordered_returns_fast_results_first(ray_start):
+def test_map_unordered_returns_fast_results_first(ray_start, tmp_path):
+    gate = str(tmp_path / "gate")
     pool = ray.util.ActorPool([Doubler.remote(), Doubler.remote()])
-    out = list(pool.map_unordered(lambda a, v: a.slow_double.remote(v), [0, 1, 2, 3]))
-    assert sorted(out) == [0, 2, 4, 6] and out[-1] == 0   # the slow one comes last
+    out = pool.map_unordered(lambda a, v: a.gated_double.remote(v, gate), [0, 1, 2, 3])
+    assert sorted(next(out) for _ in range(3)) == [2, 4, 6]   # the other actor's, while 0 waits
+    open(gate, "w").close()
+    assert list(out) == [0]
 
 
 def test_submit_queues_until_an_actor_frees_and_get_next_keeps_order(ray_start):
@@ -51,12 +57,14 @@ def test_submit_queues_until_an_actor_frees_and_get_next_keeps_order(ray_start):
         pool.get_next()
 
 
-def test_get_next_timeout(ray_start):
+def test_get_next_timeout(ray_start, tmp_path):
+    gate = str(tmp_path / "gate")
     pool = ray.util.ActorPool([Doubler.remote()])
-    pool.submit(lambda a, v: a.slow_double.remote(v), 0)
+    pool.submit(lambda a, v: a.gated_double.remote(v, gate), 0)
     with pytest.raises(TimeoutError):
         pool.get_next(timeout=0.01)
-    assert pool.get_next() == 0
+    open(gate, "w").close()
+    assert pool.get_next(timeout=30) == 0
 
 
 def test_push_and_pop_idle(ray_start):

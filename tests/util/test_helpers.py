@@ -14,9 +14,22 @@ def nap(seconds):
     return seconds
 
 
-def test_as_completed_yields_results_as_they_finish(ray_start):
-    refs = [nap.remote(0.6), nap.remote(0.0)]
-    assert list(ray.util.as_completed(refs, chunk_size=1)) == [0.0, 0.6]
+def test_as_completed_yields_results_as_they_finish(ray_start, tmp_path):
+    gate = str(tmp_path / "gate")
+
+    @ray.remote
+    def gated():
+        import os
+        import time
+        while not os.path.exists(gate):   # until the test has had the other result
+            time.sleep(0.01)
+        return "gated"
+
+    refs = [gated.remote(), nap.remote(0.0)]
+    finished = ray.util.as_completed(refs, chunk_size=1)
+    assert next(finished) == 0.0
+    open(gate, "w").close()
+    assert list(finished) == ["gated"]
     got = list(ray.util.as_completed(refs, chunk_size=5, yield_obj_refs=True))
     assert set(got) == set(refs)
     with pytest.raises(ValueError, match="chunk_size"):

@@ -151,24 +151,28 @@ def test_gauge_set_none_does_nothing_and_pickling_keeps_the_metric():
 
 
 @pytest.mark.local_only(RAYS_OWN)
-def test_an_actors_own_threads_are_reported_between_calls(ray_start, wait_until):
-    name = _name("heartbeat")
+def test_an_actors_own_threads_are_reported_between_calls(ray_start, wait_until, tmp_path):
+    name, go = _name("heartbeat"), tmp_path / "go"
 
     @ray.remote
     class Service:
-        def start(self, name):
+        def start(self, name, go):
+            import os
             import threading
             import time
             counter = Counter(name)
 
             def beat():
+                while not os.path.exists(go):   # the beats come after the call has returned
+                    time.sleep(0.01)
                 for _ in range(3):
-                    time.sleep(0.1)
                     counter.inc()
             threading.Thread(target=beat, daemon=True).start()
 
     service = Service.remote()
-    ray.get(service.start.remote(name))   # returns before the beats
+    ray.get(service.start.remote(name, str(go)))
+    assert _series(name) == []
+    go.touch()
     # no call finishes after them, and the actor lives on: they arrive with the periodic report
     assert wait_until(lambda: [r["value"] for r in _series(name)] == [3.0], timeout=15)
-    ray.get(service.start.remote(_name("again")))   # the actor still serves calls
+    ray.get(service.start.remote(_name("again"), str(go)))   # the actor still serves calls
