@@ -39,7 +39,7 @@ def _node():
 
 def _short(fn) -> None:
     """Let the node take fn as tiny from now on (its estimate otherwise depends on the machine's speed)."""
-    _node().call_sync(_node().fn_time.__setitem__, fn._fn_id, 1e-5)
+    _node().call_sync(_node().shared.fn_time.__setitem__, fn._fn_id, 1e-5)
 
 
 def _busy_with_a_line(tmp_path, n, kill: bool = False, **options):
@@ -139,7 +139,7 @@ def test_a_task_with_another_runtime_env_never_goes_ahead_in_a_line(ray_start, t
     """A call with its own runtime_env queued right behind plain calls runs in a worker set up for it."""
     ray.get([probe.remote() for _ in range(3)])
     node = _node()
-    node.call_sync(node.fn_time.__setitem__, probe._fn_id, 1.0)   # nothing goes ahead while they queue
+    node.call_sync(node.shared.fn_time.__setitem__, probe._fn_id, 1.0)   # nothing goes ahead while they queue
     gate = str(tmp_path / "gate")
     first = probe.remote(gate)
     plain = probe.remote()
@@ -199,7 +199,7 @@ def kinds(i, mode="", gate=""):
 def test_a_line_of_tasks_of_every_kind_gives_each_its_own_outcome(ray_start, tmp_path):
     ray.get([kinds.remote(i) for i in range(3)])
     node = _node()
-    node.call_sync(node.fn_time.__setitem__, kinds._fn_id, 1.0)   # they all queue first
+    node.call_sync(node.shared.fn_time.__setitem__, kinds._fn_id, 1.0)   # they all queue first
     gate = str(tmp_path / "gate")
     first = kinds.remote(-1, "", gate)
     modes = ["", "big", "raise", "nested", "", "exit", ""]

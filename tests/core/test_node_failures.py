@@ -41,8 +41,8 @@ def test_a_command_that_raises_goes_back_to_its_caller_and_the_next_still_runs(r
 
     # a command queued while the node was busy, whose caller did not wait: it fails first, and
     # the next caller's own work (run in that caller's thread) must still run and answer
-    with node.lock:
-        node.commands.append((_raise, (KeyError("queued earlier"),)))
+    with node.shared.lock:
+        node.shared.commands.append((_raise, (KeyError("queued earlier"),)))
     thread, box = _in_thread(lambda: node.call_sync(lambda: "answered"))
     thread.join(15)
     assert box == [("ok", "answered")], "the next caller's command was skipped"
@@ -77,15 +77,15 @@ def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_u
     def done_with_a_bug(*_args):
         raise RuntimeError("injected bug in the done handler")
 
-    node.handlers[protocol.DONE] = done_with_a_bug   # the handler for a worker's "task done"
+    node.shared.handlers[protocol.DONE] = done_with_a_bug   # the handler for a worker's "task done"
 
     refs = [gated.remote(fifo) for fifo in fifos]
-    wait_until(lambda: sum(w.task is not None and w.index not in node.unsent for w in node.workers.values()) == tasks,
+    wait_until(lambda: sum(w.task is not None and w.index not in node.shared.unsent for w in node.workers.values()) == tasks,
                what="the tasks running")
     thread, box = _in_thread(lambda: ray.get(refs))
-    wait_until(lambda: all(node.table.objects[ref.id].waiters for ref in refs) and (tasks == 2 or node.readers),
+    wait_until(lambda: all(node.table.objects[ref.id].waiters for ref in refs) and (tasks == 2 or node.shared.readers),
                what="the get blocked")
-    assert bool(node.readers) == (tasks == 1)
+    assert bool(node.shared.readers) == (tasks == 1)
     pids = [w.pid for w in node.workers.values() if w.pid is not None]
     for fifo in fifos:
         with open(fifo, "w") as f:   # the task returns; its "done" message hits the bug
@@ -107,7 +107,7 @@ def test_a_bug_in_the_node_loop_fails_waiters_refuses_work_and_shutdown_cleans_u
     prefix = node.shm_prefix
     ray.shutdown()
     assert not glob.glob(f"/dev/shm/{prefix}*")
-    assert not node.thread.is_alive()
+    assert not node.shared.thread.is_alive()
 
     ray.init(num_cpus=1)   # a new runtime after shutdown works
 

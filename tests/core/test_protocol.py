@@ -202,19 +202,17 @@ def test_a_worker_polls_as_long_as_its_last_wait(monkeypatch):
 def test_a_driver_waiting_on_a_task_polls_for_what_its_function_usually_takes():
     from types import SimpleNamespace
 
-    from raylite.core.node.reader import ProducerReading
+    from raylite.core.node.reader import time_left
     spec = TaskSpec("task", 1, "f", None, fn_id="fid")
     w = SimpleNamespace(task=spec, started=time.monotonic() - 0.002)
-    node = SimpleNamespace(fn_time={"fid": 0.006})
-    assert 0.0035 < ProducerReading._time_left(node, w) <= 0.004   # 6 ms usual, 2 ms gone
+    assert 0.0035 < time_left({"fid": 0.006}, w) <= 0.004   # 6 ms usual, 2 ms gone
     w.started -= 1.0
-    assert ProducerReading._time_left(node, w) == 0.0                # overdue: the usual short poll
-    node.fn_time = {}
-    assert ProducerReading._time_left(node, w) is None               # never ran before
-    node.fn_time, spec.kind = {"fid": 0.006}, "actor_call"
-    assert ProducerReading._time_left(node, w) is None
+    assert time_left({"fid": 0.006}, w) == 0.0                # overdue: the usual short poll
+    assert time_left({}, w) is None                           # never ran before
+    spec.kind = "actor_call"
+    assert time_left({"fid": 0.006}, w) is None
     w.task = None
-    assert ProducerReading._time_left(node, w) is None
+    assert time_left({"fid": 0.006}, w) is None
 
 
 @pytest.mark.parametrize("cgroups, files, limited", [

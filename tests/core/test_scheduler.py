@@ -1,4 +1,4 @@
-"""Scheduling a burst of tasks that each fork a worker (raylite.core.node.manager.Node._take_unsent).
+"""Scheduling a burst of tasks that each fork a worker (raylite.core.node.scheduler.Scheduler.take_unsent).
 
 While workers are starting, a new worker's task waits for its hello; a reusable worker that is
 free first runs it. To make "first" certain, these tests hold back the zygote's fork of the

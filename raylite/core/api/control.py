@@ -96,11 +96,10 @@ def panels() -> dict[str, list[dict]]:
 def _status(node, views: dict | None = None) -> dict:
     """Resources (total, used, per device), tasks and actors by state, object store use. Runs
     under the node lock (node.call_sync). ``views``: the tasks', actors' and objects' rows
-    (snapshot.view) when the caller built them already (the dashboard's poll shows them too)."""
-    from raylite.core.node import snapshot
+    (Node.state) when the caller built them already (the dashboard's poll shows them too)."""
     from raylite.core.wire.resources import from_fixed
     if views is None:
-        views = {what: snapshot.view(node, what, False) for what in ("tasks", "actors", "objects")}
+        views = {what: node.state(what, False) for what in ("tasks", "actors", "objects")}
     total, available = node.resource_view()   # (available leaves out what is used up)
     used = {k: max(0.0, round(v - available.get(k, 0.0), 4)) for k, v in total.items() if not k.startswith("node:")}
     devices = {res: [{"id": dev, "used": round(1 - from_fixed(units), 4)}

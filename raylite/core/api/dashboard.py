@@ -91,10 +91,9 @@ class Dashboard:
         """One poll: the tasks', actors' and objects' rows built once, under one node call, for the
         status counts and the tables alike."""
         from raylite.core.api import control
-        from raylite.core.node import snapshot
 
         def board():
-            views = {what: snapshot.view(self.node, what, True) for what in ("tasks", "actors", "objects")}
+            views = {what: self.node.state(what, True) for what in ("tasks", "actors", "objects")}
             return views, control._status(self.node, views)
 
         views, status = self.node.call_sync(board)

@@ -4,58 +4,76 @@ actors, its running tasks, the tasks still waiting for it."""
 from __future__ import annotations
 
 import signal
+from typing import Protocol
 
 from raylite import exceptions
+from raylite.core.node.records import Actor
+from raylite.core.node.state import NodeState
+from raylite.core.node.worker_lifecycle import send_signal
 from raylite.core.wire.protocol import TaskSpec
 from raylite.core.wire.serialization import error_value
 
 
-class GroupLifecycle:
-    """Node mixin. Needs: groups, table, actors, workers, _actor_gone, _kill_actor, _finish, _signal."""
+class EndsActors(Protocol):
+    def actor_gone(self, actor: Actor) -> None: ...
+    def kill_actor(self, actor_id: int, no_restart: bool) -> None: ...
 
-    def _group_gone(self, spec: TaskSpec) -> None:
+
+class Finishes(Protocol):
+    def finish(self, spec: TaskSpec, results) -> None: ...
+
+
+class GroupLifecycle:
+    def __init__(self, state: NodeState, actor_ops: EndsActors, dispatch: Finishes):
+        self.s, self.actor_ops, self.dispatch = state, actor_ops, dispatch
+
+    def group_gone(self, spec: TaskSpec) -> None:
+        s = self.s
         error = error_value(exceptions.TaskPlacementGroupRemoved(
             f"cannot run {spec.name}: its placement group was removed"))
         if spec.kind == "actor_create":
-            actor = self.actors[spec.actor_id]
+            actor = s.actors[spec.actor_id]
             actor.restarts_left, actor.error = 0, "its placement group was removed"
-            return self._actor_gone(actor)
-        self._finish(spec, error)
+            return self.actor_ops.actor_gone(actor)
+        self.dispatch.finish(spec, error)
 
     def create_group(self, pg_id: int, bundles: list, strategy: str, name: str, ready_id: int) -> None:
-        self.groups.create(pg_id, bundles, strategy, name, ready_id)
-        self.table.new_entries([ready_id])   # its one ref: the group's own, dropped at removal
+        s = self.s
+        s.groups.create(pg_id, bundles, strategy, name, ready_id)
+        s.table.new_entries([ready_id])   # its one ref: the group's own, dropped at removal
 
     def remove_group(self, pg_id: int) -> None:
-        group = self.groups.remove(pg_id)
+        s = self.s
+        group = s.groups.remove(pg_id)
         if group is None:
             return
-        for actor in list(self.actors.values()):
+        for actor in list(s.actors.values()):
             if actor.spec.placement is not None and actor.spec.placement[0] == pg_id:
                 actor.restarts_left, actor.error = 0, "its placement group was removed"
-                self._kill_actor(actor.spec.actor_id, True)
-        for w in self.workers.values():
+                self.actor_ops.kill_actor(actor.spec.actor_id, True)
+        for w in s.workers.values():
             if w.task is not None and w.task.placement is not None and w.task.placement[0] == pg_id:
-                self._signal(w, signal.SIGKILL)   # its death is then final (see _worker_gone)
-        entry = self.table.objects.get(group.ready_id)
+                send_signal(w, signal.SIGKILL)   # its death is then final (see WorkerLifecycle._worker_gone)
+        entry = s.table.objects.get(group.ready_id)
         if entry is not None and entry.value is None:
-            self.table.set_value(group.ready_id, error_value(exceptions.RayError(
+            s.table.set_value(group.ready_id, error_value(exceptions.RayError(
                 f"placement group {group.name or pg_id} was removed before it was placed")))
-        self.table.release(group.ready_id)
+        s.table.release(group.ready_id)
 
     def group_info(self, pg_id: int | None = None, name: str | None = None, handle: bool = False):
         """A live group's (id, bundles in units, ready id) by id or name with ``handle``; else the
         table entry of one group, or of all by id."""
+        s = self.s
         if name is not None:
-            pg_id = self.groups.by_name.get(name)
+            pg_id = s.groups.by_name.get(name)
             if pg_id is None:
                 raise ValueError(f"Failed to look up placement group with name: {name}")
         if handle:
-            group = self.groups.by_id[pg_id]
+            group = s.groups.by_id[pg_id]
             return pg_id, group.bundles, group.ready_id
         if pg_id is None:
-            return {f"{i:028x}": self.groups.table(i) for i in self.groups.by_id}
-        return self.groups.table(pg_id)
+            return {f"{i:028x}": s.groups.table(i) for i in s.groups.by_id}
+        return s.groups.table(pg_id)
 
     def group(self, op: str, *args):
         """One entry for the clients: "create", "remove" or "info"."""

@@ -1,10 +1,12 @@
-"""Node mixin: lines of tiny tasks sent ahead to a busy worker, several per write, which it runs
+"""Lines of tiny tasks sent ahead to a busy worker, several per write, which it runs
 in turn on the resources of the task it runs (they pass on unchanged), and asking them back."""
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol
 
 from raylite.core.node.records import WorkerProc
+from raylite.core.node.state import NodeState
 from raylite.core.wire import protocol as P
 from raylite.core.wire.protocol import TaskSpec
 
@@ -19,26 +21,38 @@ def _runs_like(spec: TaskSpec, running: TaskSpec) -> bool:
             and spec.runtime_env == running.runtime_env and spec.placement == running.placement)
 
 
-class TaskLines:
-    """Needs: workers, unsent, fn_time, cancelled, _run_on, _send, _finish, _requeue."""
+class Dispatches(Protocol):
+    def run_on(self, w: WorkerProc, spec: TaskSpec) -> None: ...
+    def finish(self, spec: TaskSpec, results) -> None: ...
+    def requeue(self, spec: TaskSpec) -> None: ...
 
-    def _prefetch(self, queue: deque) -> None:
+
+class Sends(Protocol):
+    def send(self, w: WorkerProc, msg) -> None: ...
+
+
+class TaskLines:
+    def __init__(self, state: NodeState, dispatch: Dispatches, loop: Sends):
+        self.s, self.dispatch, self.loop = state, dispatch, loop
+
+    def prefetch(self, queue: deque) -> None:
         """Send queued tiny tasks ahead to workers busy with the same function, so each starts
         without a round trip through this thread, and several go in one write. A worker holds up
         to PREFETCH_MAX of them, and no more than PREFETCH_BELOW_S of their usual run time (so an
         idle worker is never left with nothing while another has a long line); they run one at a time on the resources of the
         task before, which pass on unchanged: no task ahead holds resources of its own. A line is
         topped up once it is half gone, so each write carries several."""
+        s = self.s
         fn_id = queue[0].fn_id
-        typical = self.fn_time.get(fn_id, 1.0)
+        typical = s.fn_time.get(fn_id, 1.0)
         if typical > PREFETCH_BELOW_S:
             return
         window = min(PREFETCH_MAX, max(1, int(PREFETCH_BELOW_S / max(typical, 1e-6))))
-        for w in self.workers.values():
+        for w in s.workers.values():
             if not queue or queue[0].fn_id != fn_id:
                 return
             t = w.task
-            if (t is None or len(w.ahead) > window // 2 or w.blocked or w.recalling or w.index in self.unsent
+            if (t is None or len(w.ahead) > window // 2 or w.blocked or w.recalling or w.index in s.unsent
                     or not _runs_like(queue[0], t)):
                 continue
             room = window - len(w.ahead)
@@ -47,23 +61,24 @@ class TaskLines:
             while room > 0 and queue and _runs_like(queue[0], t):
                 spec = queue.popleft()
                 w.ahead.append(spec)
-                self._run_on(w, spec)
+                self.dispatch.run_on(w, spec)
                 room -= 1
 
-    def _recall(self, w: WorkerProc, only: TaskSpec | None = None) -> None:
+    def recall(self, w: WorkerProc, only: TaskSpec | None = None) -> None:
         """Ask for the tasks sent ahead to w back (or just `only`), last first: each given back
         goes to the front of its queue, so they keep their order."""
         for spec in reversed(w.ahead) if only is None else (only,):
             if spec.task_id not in w.recalling:
                 w.recalling.add(spec.task_id)
-                self._send(w, (P.UNPREFETCH, spec.task_id))
+                self.loop.send(w, (P.UNPREFETCH, spec.task_id))
 
-    def _msg_unprefetched(self, w: WorkerProc, task_id: int, found: bool) -> None:
+    def msg_unprefetched(self, w: WorkerProc, task_id: int, found: bool) -> None:
+        s = self.s
         w.recalling.discard(task_id)
         spec = next((s for s in w.ahead if s.task_id == task_id), None) if found else None
         if spec is not None:
             w.ahead.remove(spec)
-            if spec.task_id in self.cancelled:
-                self._finish(spec, [])
+            if spec.task_id in s.cancelled:
+                self.dispatch.finish(spec, [])
             else:
-                self._requeue(spec)
+                self.dispatch.requeue(spec)

@@ -1,5 +1,5 @@
 """Worker output: each line a worker prints reaches the driver's stdout or stderr with Ray's
-prefix, `(name pid=N) ...`. Part of Node (raylite.core.node.manager), kept in a module of its own."""
+prefix, `(name pid=N) ...`. A part of the node (raylite.core.node.manager wires it)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +10,7 @@ from collections import deque
 
 from raylite.core.node import bars, log_dedup
 from raylite.core.node.records import WorkerProc
+from raylite.core.node.state import NodeState
 
 MAX_PARTIAL_LINE = 1 << 16   # worker output without a newline is printed once this long
 RECENT_LINES = 2000          # worker output lines the control endpoint can show (raylite.core.api.control)
@@ -53,20 +54,22 @@ class _DedupTimer:
         self.output = output
 
     def expire(self) -> None:
-        self.output._dedup_timer = None
-        self.output._release_held(time.monotonic())
+        self.output.dedup_timer = None
+        self.output.release_held(time.monotonic())
 
 
 class WorkerOutput:
-    """Node methods that forward the workers' stdout and stderr pipes. Needs: table, log_dir."""
+    """Forwards the workers' stdout and stderr pipes; needs nothing but the state."""
 
-    def _init_output(self) -> None:
+    def __init__(self, state: NodeState):
+        self.s = state
         dedup = log_dedup.from_environment()   # (Ray's RAY_DEDUP_LOGS variables)
         self.dedup = None if dedup is None else {"stdout": dedup, "stderr": log_dedup.from_environment()}
-        self._dedup_timer: _DedupTimer | None = None
+        self.dedup_timer: _DedupTimer | None = None
         self.recent_output = RecentOutput()
 
-    def _on_output(self, w: WorkerProc, fd: int, stream: str) -> None:
+    def on_output(self, w: WorkerProc, fd: int, stream: str) -> None:
+        s = self.s
         if fd not in (w.out_fd, w.err_fd):   # closed already (a stale event): the number may be reused
             return
         try:
@@ -76,7 +79,7 @@ class WorkerOutput:
         except OSError:
             data = b""
         if not data:
-            self.sel.unregister(fd)
+            s.sel.unregister(fd)
             os.close(fd)
             if fd == w.out_fd:
                 w.out_fd = -1
@@ -108,12 +111,13 @@ class WorkerOutput:
             self._emit(w, stream, lines)
 
     def _emit(self, w: WorkerProc, stream: str, lines: list[bytes]) -> None:
+        s = self.s
         if any(line.startswith(bars.MAGIC_BYTES) for line in lines):   # tqdm_ray's states: the driver draws them
             lines = bars.board().take(f"({w.name} pid={w.pid}) ", w.pid, lines)
             if not lines:
                 return
         self.recent_output.add(w, stream, lines)
-        if self.log_dir is not None:
+        if s.log_dir is not None:
             self._to_log_file(w, stream, lines)
         else:
             prefix = f"({w.name} pid={w.pid}) "
@@ -124,12 +128,13 @@ class WorkerOutput:
             self._arm_dedup_timer()
 
     def _arm_dedup_timer(self) -> None:
+        s = self.s
         due = [d for d in (self.dedup["stdout"].next_due(), self.dedup["stderr"].next_due()) if d is not None]
-        if due and self._dedup_timer is None:
-            self._dedup_timer = _DedupTimer(self)
-            self.table.add_timer(min(due) - time.monotonic(), self._dedup_timer)
+        if due and self.dedup_timer is None:
+            self.dedup_timer = _DedupTimer(self)
+            s.table.add_timer(min(due) - time.monotonic(), self.dedup_timer)
 
-    def _release_held(self, now: float, everything: bool = False) -> None:
+    def release_held(self, now: float, everything: bool = False) -> None:
         """Print the repeats log deduplication held whose window ended (all of them at shutdown)."""
         for stream, dedup in self.dedup.items():
             _write(stream, dedup.expired(now, everything))
@@ -139,17 +144,19 @@ class WorkerOutput:
     def _to_log_file(self, w: WorkerProc, stream: str, lines: list[bytes]) -> None:
         """log_to_driver=False, for a worker that could not open its log files itself (see
         worker._log_to_files): its output goes to worker-<pid>.out / .err all the same."""
-        path = os.path.join(self.log_dir, f"worker-{w.pid}.{'out' if stream == 'stdout' else 'err'}")
+        s = self.s
+        path = os.path.join(s.log_dir, f"worker-{w.pid}.{'out' if stream == 'stdout' else 'err'}")
         try:
-            os.makedirs(self.log_dir, mode=0o700, exist_ok=True)
+            os.makedirs(s.log_dir, mode=0o700, exist_ok=True)
             with open(path, "ab") as f:
                 f.write(b"".join(_last_drawing(line) + b"\n" for line in lines))
         except OSError:
             pass
 
-    def _drain_output(self) -> bool:
+    def drain(self) -> bool:
         """After the loop stopped: print what workers wrote last; True while pipes are open."""
-        keys = [k for k in self.sel.get_map().values() if isinstance(k.fileobj, int)]
+        s = self.s
+        keys = [k for k in s.sel.get_map().values() if isinstance(k.fileobj, int)]
         for key in keys:
             key.data(selectors.EVENT_READ)
         return bool(keys)

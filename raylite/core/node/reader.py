@@ -11,7 +11,7 @@ serves it, under the lock), and serves what came on them after the socket's mess
 order (an actor's `__repr__` names the output after it; what a task prints before it returns is
 printed before the get returns). Whoever else fires the waiter (the node thread: a timeout, a result from
 elsewhere; another thread), ends the worker, leaves bytes for it unsent, or gives its task to
-another worker before it started (Node._take_unsent: the reader then follows the task), wakes the
+another worker before it started (Scheduler.take_unsent: the reader then follows the task), wakes the
 reading thread through the reader's own socket pair. The first wait polls before it sleeps (see
 protocol.spin_for).
 """
@@ -22,7 +22,10 @@ import selectors
 import socket
 import threading
 import time
+from typing import Protocol
 
+from raylite.core.node.records import WorkerProc
+from raylite.core.node.state import NodeState
 from raylite.core.wire.protocol import poll_spinning, spin_for
 
 
@@ -35,7 +38,7 @@ class Reader:
     def __init__(self, worker, waiter, key, pipes: dict, thread: int, wake: tuple):
         self.worker, self.waiter, self.key, self.pipes, self.thread = worker, waiter, key, pipes, thread
         self.wake_r, self.wake_w = wake
-        self.moved = False   # the task went to another worker before this one started (see Node._take_unsent)
+        self.moved = False   # the task went to another worker before this one started (see Scheduler.take_unsent)
         # a byte may wait in wake_r: drain it before the pair is reused (an empty socket's drain
         # raises, which on the path of every get costs ~10 us). A byte missed in a race only wakes
         # the pair's next reader once for nothing.
@@ -47,13 +50,18 @@ class Reader:
         return self.waiter.done or stopping or self.moved or w.index not in workers or bool(w.chan.wbuf)
 
 
-class ProducerReading:
-    """Node mixin. Needs: lock, sel, workers, actors, producers, table, stopping, fn_time,
-    _run_locked, as_node, failure, _on_worker, dirty_channels."""
+class RunsLocked(Protocol):
+    def run_locked(self, fn, args: tuple) -> None: ...
+    def as_node(self, fn, *args) -> None: ...
 
-    def _init_readers(self) -> None:
-        self.readers: dict[int, Reader] = {}        # worker index -> its socket's borrower
-        self._spare_wakes: list[tuple] = []         # socket pairs of readers gone, for the next ones
+
+class ServesWorkers(Protocol):
+    def on_worker(self, w: WorkerProc, events: int) -> None: ...
+
+
+class ProducerReading:
+    def __init__(self, state: NodeState, loop: RunsLocked, procs: ServesWorkers):
+        self.s, self.loop, self.procs = state, loop, procs
 
     def read_producer(self, waiter, ids) -> None:
         """Serve the one worker that produces what `waiter` (registered on ids) lacks, from the
@@ -63,13 +71,14 @@ class ProducerReading:
             pass   # the task moved to another worker: read that one
 
     def _read_producer_once(self, waiter, ids) -> bool:
+        s = self.s
         if waiter.done:
             return False
-        self.lock.acquire()   # (held by the node thread: briefly, and this thread would wait anyway)
+        s.lock.acquire()   # (held by the node thread: briefly, and this thread would wait anyway)
         try:
             reader = self._borrow(waiter, ids)
         finally:
-            self.lock.release()
+            s.lock.release()
         if reader is None:
             return False
         w, sock = reader.worker, reader.worker.chan.sock
@@ -82,9 +91,9 @@ class ProducerReading:
             watching_out = False
             # the first wait polls, as long as the task's function usually takes to run (see
             # protocol.spin_for), unless user threads would compete for the GIL
-            spin = spin_for(self._time_left(w)) if threading.active_count() <= 2 else 0.0
-            while (not waiter.done and not self.stopping and not reader.moved and w.index in self.workers
-                   and self.failure.cause is None):
+            spin = spin_for(time_left(s.fn_time, w)) if threading.active_count() <= 2 else 0.0
+            while (not waiter.done and not s.stopping and not reader.moved and w.index in s.workers
+                   and s.failure.cause is None):
                 if bool(w.chan.wbuf) != watching_out:
                     watching_out = not watching_out
                     poller.modify(sock, select.POLLIN | (select.POLLOUT if watching_out else 0))
@@ -94,8 +103,8 @@ class ProducerReading:
                     reader.signalled = False
                     _drain(reader.wake_r)
                 if events:   # the worker's socket or pipes: readable, writable, or closed
-                    self.lock.acquire()
-                    self._run_locked(self.as_node, (self._serve_borrowed, reader, events))
+                    s.lock.acquire()
+                    self.loop.run_locked(self.loop.as_node, (self._serve_borrowed, reader, events))
                     for fd in [fd for fd in events if fd in reader.pipes and fd not in (w.out_fd, w.err_fd)]:
                         poller.unregister(fd)   # it reached its end and is closed
                         del reader.pipes[fd]
@@ -103,44 +112,46 @@ class ProducerReading:
             pass
         finally:
             if not reader.returned:
-                self.lock.acquire()
-                self._run_locked(self._give_back, (reader,))
+                s.lock.acquire()
+                self.loop.run_locked(self._give_back, (reader,))
         return reader.moved and not waiter.done
 
     def _borrow(self, waiter, ids) -> Reader | None:
+        s = self.s
         if not waiter.armed or waiter.done:   # its registration is still queued for the node thread
             return None
         w = self._producer(ids)
-        if w is None or w.index in self.readers:
+        if w is None or w.index in s.readers:
             return None
         try:
-            key = self.sel.unregister(w.chan.sock)
+            key = s.sel.unregister(w.chan.sock)
         except (KeyError, ValueError):
             return None
         pipes = {}   # watched by the node too (output comes rarely): two system calls less a get
         for fd in (w.out_fd, w.err_fd):
             if fd >= 0:
                 try:
-                    pipes[fd] = self.sel.get_key(fd)
+                    pipes[fd] = s.sel.get_key(fd)
                 except KeyError:   # not watched (the selector is closing)
                     pass
-        if self._spare_wakes:
-            pair = self._spare_wakes.pop()
+        if s.spare_wakes:
+            pair = s.spare_wakes.pop()
         else:
             pair = socket.socketpair()
             for end in pair:
                 end.setblocking(False)
-        reader = self.readers[w.index] = Reader(w, waiter, key, pipes, threading.get_ident(), pair)
+        reader = s.readers[w.index] = Reader(w, waiter, key, pipes, threading.get_ident(), pair)
         return reader
 
     def _producer(self, ids):
         """The worker producing every id not ready yet, if it is one worker."""
+        s = self.s
         found = None
         for oid in ids:
-            entry = self.table.objects.get(oid) if oid >= 0 else None
+            entry = s.table.objects.get(oid) if oid >= 0 else None
             if entry is not None and entry.value is not None:
                 continue
-            spec = self.producers.get(oid)
+            spec = s.producers.get(oid)
             w = self._worker_of(spec) if spec is not None else None
             if w is None or (found is not None and w is not found):
                 return None
@@ -148,26 +159,21 @@ class ProducerReading:
         return found
 
     def _worker_of(self, spec):
+        s = self.s
         if spec.kind == "actor_call":
-            actor = self.actors.get(spec.actor_id)
+            actor = s.actors.get(spec.actor_id)
             return actor.worker if actor is not None and actor.state == "ALIVE" else None
-        return next((w for w in self.workers.values() if w.task is spec or spec in w.ahead), None)
-
-    def _time_left(self, w) -> float | None:
-        """How long the task w runs has still to go, going by its function's usual run time
-        (None for actor calls and functions not run yet)."""
-        spec = w.task
-        typical = self.fn_time.get(spec.fn_id) if spec is not None and spec.kind == "task" else None
-        return None if typical is None else max(0.0, typical - (time.monotonic() - w.started))
+        return next((w for w in s.workers.values() if w.task is spec or spec in w.ahead), None)
 
     def _serve_borrowed(self, reader: Reader, events: dict) -> None:
         """The socket first (an actor's `__repr__`, sent before the output, names it), then the
         pipes; both before the get that waits returns, so output printed before a result is out
         before the caller goes on."""
+        s = self.s
         w = reader.worker
-        if w.index in self.workers and w.chan.sock.fileno() in events:
-            self.dirty_channels.add(w.chan)   # flushed by the step that runs this
-            self._on_worker(w, selectors.EVENT_READ)
+        if w.index in s.workers and w.chan.sock.fileno() in events:
+            s.dirty_channels.add(w.chan)   # flushed by the step that runs this
+            self.procs.on_worker(w, selectors.EVENT_READ)
         for fd, key in reader.pipes.items():
             if fd in events and fd in (w.out_fd, w.err_fd):
                 key.data(selectors.EVENT_READ)
@@ -175,38 +181,49 @@ class ProducerReading:
             self._give_back(reader)
 
     def _give_back(self, reader: Reader) -> None:
+        s = self.s
         reader.returned = True
         w = reader.worker
-        if self.readers.get(w.index) is reader:
-            del self.readers[w.index]
-        if self.stopping:
+        if s.readers.get(w.index) is reader:
+            del s.readers[w.index]
+        if s.stopping:
             reader.wake_r.close()
             reader.wake_w.close()
         else:
             if reader.signalled:
                 _drain(reader.wake_r)
-            self._spare_wakes.append((reader.wake_r, reader.wake_w))
-        if w.index in self.workers and w.chan.sock.fileno() >= 0 and not self.stopping:
+            s.spare_wakes.append((reader.wake_r, reader.wake_w))
+        if w.index in s.workers and w.chan.sock.fileno() >= 0 and not s.stopping:
             w.chan.watch_write = bool(w.chan.wbuf)
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0)
-            self.sel.register(w.chan.sock, events, reader.key.data)
+            s.sel.register(w.chan.sock, events, reader.key.data)
 
-    def _wake_readers(self) -> None:
+    def wake_readers(self) -> None:
         """After node code ran: wake the borrowers (in other threads) that have something to do."""
+        s = self.s
         me = threading.get_ident()
-        for reader in list(self.readers.values()):
-            if reader.thread != me and reader.needs_reader(self.stopping, self.workers):
+        for reader in list(s.readers.values()):
+            if reader.thread != me and reader.needs_reader(s.stopping, s.workers):
                 reader.signalled = True
                 try:
                     reader.wake_w.send(b"x")
                 except OSError:   # full: it is awake already
                     pass
 
-    def _close_readers(self) -> None:
-        for pair in self._spare_wakes:
+    def close(self) -> None:
+        s = self.s
+        for pair in s.spare_wakes:
             for end in pair:
                 end.close()
-        self._spare_wakes.clear()
+        s.spare_wakes.clear()
+
+
+def time_left(fn_time: dict, w) -> float | None:
+    """How long the task w runs has still to go, going by its function's usual run time
+    (None for actor calls and functions not run yet)."""
+    spec = w.task
+    typical = fn_time.get(spec.fn_id) if spec is not None and spec.kind == "task" else None
+    return None if typical is None else max(0.0, typical - (time.monotonic() - w.started))
 
 
 def _poll(poller, spin: float) -> list:

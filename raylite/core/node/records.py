@@ -67,7 +67,7 @@ class Actor:
         self.waiting_deps: set[int] = set()   # calls whose arguments a waiter is registered for
         self.class_meta = class_meta
         self.owner = 0   # index of the worker whose code created it (0: the driver)
-        self.callers: set[int] = set()   # indexes of the processes that called it (see _pump_actor)
+        self.callers: set[int] = set()   # indexes of the processes that called it (see ActorLifecycle.pump_actor)
 
 
 class ObjectEntry:
