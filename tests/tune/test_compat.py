@@ -28,15 +28,29 @@ def run_config(tmp_path, name, **kw):
 
 
 def worker_cwds(n: int = 6) -> set:
-    """(cwd, TUNE_ORIG_WORKING_DIR) of the workers that run n plain tasks."""
+    """(cwd, TUNE_ORIG_WORKING_DIR) of the workers that run n plain tasks: for n > 1, both of the
+    2-CPU runtime's (the first two tasks wait, 30 s at most, until both have started)."""
+    import tempfile
+    met, meet = tempfile.mkdtemp(), min(n, 2)
+
     @ray.remote
     def cwd():
         import os
         import time
-        time.sleep(0.05)   # so both workers take some of the tasks
-        return os.getcwd(), os.environ.get("TUNE_ORIG_WORKING_DIR")
+        import uuid
+        open(os.path.join(met, uuid.uuid4().hex), "w").close()
+        deadline = time.monotonic() + 30
+        while len(os.listdir(met)) < meet and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return os.getcwd(), os.environ.get("TUNE_ORIG_WORKING_DIR"), os.getpid()
 
-    return set(ray.get([cwd.remote() for _ in range(n)]))
+    try:
+        found = ray.get([cwd.remote() for _ in range(n)])
+    finally:
+        import shutil
+        shutil.rmtree(met)
+    assert len({pid for _, _, pid in found}) >= meet, "the tasks did not reach both workers"
+    return {(where, orig) for where, orig, _ in found}
 
 
 # ---------------------------------------------------------------------------- working directory

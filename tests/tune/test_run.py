@@ -28,6 +28,20 @@ def max_overlap(windows) -> int:
     return best
 
 
+def meeting(directory: str, n: int = 2):
+    """A function that a trial calls to wait (30 s at most) until n trials have called it: then
+    they overlap whatever the machine's speed, so a check that n ran at once cannot miss it."""
+    def meet():
+        import os
+        import time
+        import uuid
+        open(os.path.join(directory, uuid.uuid4().hex), "w").close()
+        deadline = time.monotonic() + 30
+        while len(os.listdir(directory)) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return meet
+
+
 def windowed(config):
     import time
     start = time.time()
@@ -40,9 +54,13 @@ def windows_of(analysis):
 
 
 def test_sweep_respects_cpu_concurrency(ray_start, tmp_path):
+    (tmp_path / "met").mkdir()
+    meet = meeting(str(tmp_path / "met"))
+
     def trainable(config):
         import time
         start = time.time()
+        meet()   # the first two overlap for sure; the rest run for as long, so a third would show
         time.sleep(0.3)
         tune.report({"start": start, "end": time.time(), "score": config["x"]})
 
