@@ -34,6 +34,17 @@ def test_no_class_of_the_node_inherits_from_another_and_node_has_no_bases():
     assert "Protocol" in {b for bases in classes.values() for b in bases}, "the parts' needs are Protocols"
 
 
+def test_the_node_keeps_placement_groups_as_plain_data_not_the_clients_handle():
+    """The API builds a group's handle (and its ready ref's value); the node stores ids, bundles,
+    strategy, name and state, and never imports the client layer's PlacementGroup."""
+    importers = []
+    for path in sorted(NODE_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "raylite.core.client.placement_group":
+                importers.append(path.name)
+    assert importers == []
+
+
 def _protocol_members(proto) -> list[str]:
     return [name for name, value in vars(proto).items() if inspect.isfunction(value) and not name.startswith("_")]
 

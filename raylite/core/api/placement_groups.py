@@ -13,6 +13,7 @@ from raylite.core.api.scheduling import _check_group
 from raylite.core.client import context, link
 from raylite.core.client.link import next_id, process
 from raylite.core.client.placement_group import PlacementGroup
+from raylite.core.wire import serialization
 from raylite.core.wire.resources import from_fixed, to_fixed
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -49,7 +50,8 @@ def placement_group(bundles: list[dict], strategy: str = "PACK", name: str = "",
     if bundle_label_selector:
         _check_label_selectors(bundle_label_selector, len(bundles))
     pg_id, ready_id = next_id(), next_id()
-    client.group("create", pg_id, units, strategy, name or "", ready_id)
+    ready = PlacementGroup(pg_id, [{k: from_fixed(v) for k, v in b.items()} for b in units], ready_id)
+    client.group("create", pg_id, units, strategy, name or "", ready_id, serialization.dumps(ready, None))
     return PlacementGroup(pg_id, [dict(b) for b in bundles], ready_id)
 
 

@@ -1,5 +1,6 @@
 """The handle of a placement group, like ObjectRef a value any process may hold: the API returns
-one (raylite.core.api.placement_groups), the node gives one as the value of the group's ready ref,
+one (raylite.core.api.placement_groups), and serializes one as the value of the group's ready ref
+(the node keeps the group as plain data: id, bundles, strategy, name, state),
 and tasks pickle it to schedule into the group too."""
 from __future__ import annotations
 

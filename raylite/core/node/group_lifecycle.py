@@ -11,7 +11,7 @@ from raylite.core.node.records import Actor
 from raylite.core.node.state import NodeState
 from raylite.core.node.worker_lifecycle import send_signal
 from raylite.core.wire.protocol import TaskSpec
-from raylite.core.wire.serialization import error_value
+from raylite.core.wire.serialization import Serialized, error_value
 
 
 class EndsActors(Protocol):
@@ -37,9 +37,12 @@ class GroupLifecycle:
             return self.actor_ops.actor_gone(actor)
         self.dispatch.finish(spec, error)
 
-    def create_group(self, pg_id: int, bundles: list, strategy: str, name: str, ready_id: int) -> None:
+    def create_group(self, pg_id: int, bundles: list, strategy: str, name: str, ready_id: int,
+                     ready_value: Serialized) -> None:
+        """A group is plain data here; `ready_value` is what ready() resolves to once it is placed,
+        serialized by the API (the handle, as in Ray), so the node never builds a handle itself."""
         s = self.s
-        s.groups.create(pg_id, bundles, strategy, name, ready_id)
+        s.groups.create(pg_id, bundles, strategy, name, ready_id).ready_value = ready_value
         s.table.new_entries([ready_id])   # its one ref: the group's own, dropped at removal
 
     def remove_group(self, pg_id: int) -> None:

@@ -17,7 +17,7 @@ from raylite.core.wire.resources import NodeResources, from_fixed
 
 class Group:
     __slots__ = ("pg_id", "bundles", "strategy", "name", "state", "pools", "allocs", "ready_id", "created",
-                 "placed_after", "attempts")
+                 "placed_after", "attempts", "ready_value")
 
     def __init__(self, pg_id: int, bundles: list[dict[str, int]], strategy: str, name: str, ready_id: int):
         self.pg_id, self.bundles, self.strategy, self.name = pg_id, bundles, strategy, name
@@ -28,6 +28,7 @@ class Group:
         self.created = time.monotonic()
         self.placed_after: float | None = None   # seconds from creation to placement
         self.attempts = 0                        # times placement was tried (Ray's scheduling_attempt)
+        self.ready_value = None   # what its ready ref resolves to once placed: the API's handle, serialized
 
 
 class Groups:

@@ -9,14 +9,12 @@ from typing import Protocol
 from raylite import exceptions
 from raylite.core.client import streams
 from raylite.core.client.link import minted_by
-from raylite.core.client.placement_group import PlacementGroup
 from raylite.core.envs import runtime_env
 from raylite.core.node.records import Actor, WorkerProc
 from raylite.core.node.state import NodeState
 from raylite.core.node.worker_lifecycle import cannot_start
-from raylite.core.wire import serialization
 from raylite.core.wire.protocol import TaskSpec
-from raylite.core.wire.resources import SCALE, from_fixed
+from raylite.core.wire.resources import SCALE
 from raylite.core.wire.serialization import error_value
 
 _GROUP_GONE = object()   # acquire: the spec's placement group was removed
@@ -132,10 +130,9 @@ class Scheduler:
         if s.stopping:   # shutdown(): a task retried after its worker was killed starts nowhere
             return
         if s.groups.pending:
-            for group in s.groups.place():   # ready() gives the group, as in Ray
-                handle = PlacementGroup(group.pg_id, [{k: from_fixed(v) for k, v in b.items()} for b in group.bundles],
-                                        group.ready_id)
-                s.table.set_value(group.ready_id, serialization.dumps(handle, None))
+            for group in s.groups.place():   # ready() gives the group's handle, as in Ray
+                s.table.set_value(group.ready_id, group.ready_value)
+                group.ready_value = None
         for key in list(s.queues):
             queue = s.queues[key]
             while queue:
