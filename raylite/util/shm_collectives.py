@@ -20,7 +20,7 @@ own runtime), ``LocalGroup`` replaces those two with a shared-memory segment tha
   ``SIGTERMException`` at the same step (one later than Lightning's broadcast would), as that
   broadcast intends, without a wait for rank 0 at every step.
 
-Waiting polls (with ``sched_yield``) for half a millisecond, then sleeps on a futex in the segment
+Waiting polls (with ``sched_yield``) for 50 microseconds, then sleeps on a futex in the segment
 that every publish wakes (one wake-up, where gloo needs its I/O thread and then the caller woken);
 a peer that died or a wait longer than the process group's timeout raises instead of hanging. The segment is
 created by rank 0 after the process group is up, opened by the others, and unlinked as soon as
@@ -41,7 +41,11 @@ import time
 ENV = "RAYLITE_LIGHTNING_FASTPATH"   # "0": RayStrategy keeps gloo
 TRAIN_ENV = "RAYLITE_TRAIN_FASTPATH"    # "0": raylite.train's prepare_model keeps gloo
 SLOT_BYTES = 1 << 20          # per rank and parity by default; larger gradient buckets go through gloo
-SPIN_S = 0.0005               # poll (yielding the CPU) this long, then sleep on a futex
+# Poll (yielding the CPU) this long, then sleep on a futex. Short: a rank that spins uses CPU time
+# its peer needs where the machine has less CPU than it shows (a VM whose vCPUs are not all there
+# when all are busy: measured, each of 2 busy vCPUs stalled 30-40% of the time), and the peer it
+# waits for is usually a whole step (~1 ms) behind, not microseconds.
+SPIN_S = 0.00005
 _LINE = 8                     # int64s per cache line
 _CTL_R0_CHECK, _CTL_STOP, _CTL_SIGTERM, _CTL_FUTEX = 0, 1, 2, 3
 _SYS_FUTEX, _FUTEX_WAIT, _FUTEX_WAKE = 202, 0, 1   # x86-64 Linux; shared (not private) futexes
