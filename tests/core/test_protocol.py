@@ -180,6 +180,8 @@ def test_a_worker_polls_as_long_as_its_last_wait(monkeypatch):
     spins = []
 
     class FakeChannel:
+        deferred = b""   # nothing held back to go out with the next message
+
         def recv(self, spin):
             spins.append(spin)
             time.sleep(0.005)

@@ -490,3 +490,19 @@ def test_cancelling_an_actor_call_cancels_what_it_submitted(ray_start, tmp_path,
         ray.get(call, timeout=20)
     assert wait_until(lambda: _one("child").state == "FAILED", timeout=20)
     assert not ran.exists()
+
+
+def test_a_task_sent_to_a_worker_whose_hello_is_not_read_is_not_running_yet():
+    """A task goes to a freshly forked worker before its hello is read; until then the node does not
+    know that worker's pid, so the state API says SUBMITTED_TO_WORKER, never RUNNING without a pid."""
+    from types import SimpleNamespace
+
+    from raylite.core.node import events, snapshot
+    spec = SimpleNamespace(kind="task", actor_id=None)
+    worker = SimpleNamespace(index=1, pid=None, task=spec, ahead=())
+    rec = events.TaskEvent(spec, 0.0)
+    rec.proc = worker
+    node = SimpleNamespace(actors={}, workers={1: worker})
+    assert snapshot.task_state(node, rec, set()) == events.SUBMITTED_TO_WORKER
+    worker.pid = 4242   # the hello is read
+    assert snapshot.task_state(node, rec, set()) == events.RUNNING

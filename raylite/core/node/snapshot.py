@@ -71,6 +71,8 @@ def task_state(node, rec: events.TaskEvent, running: set[int]) -> str:
         if actor is not None and spec.task_id in actor.inflight:
             return events.SUBMITTED_TO_WORKER
     elif proc is not None and (proc.task is spec or (actor is not None and actor.worker is proc)):
+        if proc.pid is None:   # sent to a worker whose hello is not read yet: not known to run
+            return events.SUBMITTED_TO_WORKER
         return events.RUNNING
     elif spec.kind == "task" and any(spec in w.ahead for w in node.workers.values()):
         return events.SUBMITTED_TO_WORKER   # sent ahead: in a busy worker's line (node/lines.py)
