@@ -6,6 +6,7 @@ inside tasks and actors; the timeline is Chrome trace events; the task record st
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import time
@@ -363,19 +364,26 @@ def test_the_task_record_is_bounded(ray_init, monkeypatch):
 def test_records_drop_oldest_finished_and_keep_unfinished():
     record = events.TaskEvents(limit=100)
     specs = [types.SimpleNamespace(task_id=i, kind="task", name="t", actor_id=0, actor_name=None, return_ids=(i,),
-                                   request={}, placement=None, deps=()) for i in range(1000)]
+                                   request={"CPU": 10000}, placement=None, deps=()) for i in range(1000)]
     worker = types.SimpleNamespace(index=1, pid=1234, ahead=())
     done = types.SimpleNamespace(is_error=False)
     for spec in specs:
         record.submitted(spec)
         record.sent(spec, worker)
     for spec in specs[:-3]:
+        record.logged(spec, 1234, (0, spec.task_id, 0, 0))
         record.finished(spec, [done])
     assert len(record.done) == 100 and record.dropped == 897 and len(record.live) == 3
-    assert [r.facts().task_id for r in record.done] == list(range(897, 997))
-    assert record.done[-1].worker_pid() == (1, 1234) and record.done[-1].state == "FINISHED"
-    assert not hasattr(record.done[-1].facts(), "args")   # a finished task's arguments are not kept
+    kept = record.records()
+    assert [r.facts().task_id for r in kept] == list(range(897, 1000))
+    finished = kept[-4]
+    assert finished.worker_pid() == (1, 1234) and finished.state == "FINISHED"
+    assert finished.facts().request == {"CPU": 10000} and finished.log["stdout_end"] == 996
+    assert not hasattr(finished.facts(), "args")   # a finished task's arguments are not kept
     assert all(r.proc is worker and r.state is None for r in record.live.values())
+    gc.collect()
+    gc.collect()   # (a tuple is untracked on a pass that finds its items untracked)
+    assert not any(gc.is_tracked(r) for r in record.done)   # plain values: collections skip them
 
 
 # --------------------------------------------------------------------------

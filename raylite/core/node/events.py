@@ -12,9 +12,11 @@ Records of unfinished tasks, and the creation record of every actor not yet dead
 kept. Finished ones go into a ring of the last ``limit`` (Ray's setting
 ``RAY_task_events_max_num_task_in_gcs``, default 10,000 here); the oldest falls out first and is
 counted in ``dropped``, which the state API reports as Ray reports
-``num_status_task_events_dropped``. A record takes about 0.3 KB (0.26 KB measured, plus its
-resource dict where a spec has its own, and at most 1 KB of error text for a failed task), so
-10,000 finished tasks hold 3-5 MB, 14 MB at most if all of them failed.
+``num_status_task_events_dropped``. A finished record is one flat tuple of plain values (no dict,
+no object), which Python's garbage collector stops tracking once it has seen it: the ring held
+as objects made every collection during a batch of tiny tasks walk 10,000 of them again. It takes
+about 0.3 KB (plus at most 1 KB of error text for a failed task), so 10,000 finished tasks hold
+3-4 MB, 14 MB at most if all of them failed; ``records()`` makes TaskEvents of them again.
 """
 from __future__ import annotations
 
@@ -47,10 +49,10 @@ _ERROR_TYPES = {"TaskCancelledError": "TASK_CANCELLED", "WorkerCrashedError": "W
                 "RayTaskError": "TASK_EXECUTION_EXCEPTION"}
 
 
-# What a finished task's record keeps of its spec (not its arguments, which may be large): a plain
-# tuple, made in C; TaskEvent.facts() names its fields when someone asks.
+# What a finished task's record keeps of its spec (not its arguments, which may be large)
 Facts = namedtuple("Facts", "kind task_id name actor_id actor_name return_ids request placement")
 _facts = attrgetter(*Facts._fields)
+_created = attrgetter("created")
 
 
 # TaskEvent.parent of a task submitted where the node cannot tell by which task: a thread of a
@@ -59,7 +61,7 @@ UNKNOWN_PARENT = -1
 
 
 class TaskEvent:
-    """One task. `spec` is its TaskSpec until it is done, then the Facts tuple; `proc` is the
+    """One task. `spec` is its TaskSpec until it is done, then its Facts; `proc` is the
     worker it was sent to (its pid arrives with the worker's hello), then that worker's (index,
     pid); `state` is None until it is done (meanwhile it is read off the node's own tables);
     `parent` is the id of the task that submitted it, None for the driver; `log`, with output going
@@ -76,8 +78,7 @@ class TaskEvent:
 
     def facts(self):
         """The spec's fields the readers use: the TaskSpec itself, or its Facts once done."""
-        spec = self.spec
-        return Facts._make(spec) if type(spec) is tuple else spec
+        return self.spec
 
     def worker_pid(self) -> tuple[int | None, int | None]:
         """(worker index, pid) of the worker it ran on, if any."""
@@ -91,11 +92,13 @@ class TaskEvents:
     def __init__(self, limit: int | None = None):
         self.limit = limit if limit is not None else configured_limit()
         self.live: dict[int, TaskEvent] = {}
-        self.done: deque[TaskEvent] = deque(maxlen=self.limit)
+        self.done: deque[tuple] = deque(maxlen=self.limit)   # finished records, flat (see _retire)
         self.dropped = 0
         self.free_at: dict[int, float] = {}   # one-call-at-a-time actors: when their last call ended
         self.started_at = time.time()
         self.submitter: tuple[int, int] | None = None   # (task id, its parent) from submitted_by
+        self._last_request: dict | None = None   # _retire's last spec request, and its _flat form
+        self._last_flat: tuple = ()
 
     # -- hooks (node thread) --
     def submitted_by(self, spec, w, parent: int | None = None) -> None:
@@ -196,18 +199,40 @@ class TaskEvents:
         self._retire(rec)
 
     def _retire(self, rec: TaskEvent) -> None:
-        proc = rec.proc
-        if proc is not None:
-            rec.proc = (proc.index, proc.pid)
-        rec.spec = _facts(rec.spec)
+        """Into the ring as a flat tuple of plain values (see the module's doc; `_revive` reads it):
+        a dict, or a tuple made after its own items, in it would keep the collector tracking it."""
+        kind, task_id, name, actor_id, actor_name, return_ids, request, placement = _facts(rec.spec)
+        if request is not self._last_request:   # most records share their function's request
+            self._last_request, self._last_flat = request, _flat(request)
+        proc, log = rec.proc, rec.log
         if len(self.done) == self.limit:
             self.dropped += 1
-        self.done.append(rec)
+        self.done.append((kind, task_id, name, actor_id, actor_name, return_ids, self._last_flat, placement,
+                          rec.created, rec.started, rec.ended, None if proc is None else proc.index,
+                          None if proc is None else proc.pid, rec.attempt, rec.state, rec.error_type, rec.error,
+                          rec.death, rec.parent, None if log is None else _flat(log)))
 
     # -- reading (node thread) --
     def records(self) -> list[TaskEvent]:
         """Every record kept, oldest submission first."""
-        return sorted([*self.done, *self.live.values()], key=lambda rec: rec.created)
+        return sorted([*map(_revive, self.done), *self.live.values()], key=_created)
+
+
+def _flat(mapping: dict) -> tuple:
+    """(key, value, key, value, ...): a dict as one tuple of plain values."""
+    return tuple(itertools.chain.from_iterable(mapping.items()))
+
+
+def _revive(kept: tuple) -> TaskEvent:
+    """A finished record's TaskEvent again, from its tuple in the ring (TaskEvents._retire)."""
+    rec = TaskEvent.__new__(TaskEvent)
+    (kind, task_id, name, actor_id, actor_name, return_ids, request, placement, rec.created, rec.started,
+     rec.ended, index, pid, rec.attempt, rec.state, rec.error_type, rec.error, rec.death, rec.parent, log) = kept
+    rec.spec = Facts(kind, task_id, name, actor_id, actor_name, return_ids,
+                     dict(zip(request[::2], request[1::2])), placement)
+    rec.proc = None if index is None else (index, pid)
+    rec.log = None if log is None else dict(zip(log[::2], log[1::2]))
+    return rec
 
 
 def configured_limit() -> int:
