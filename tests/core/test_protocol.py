@@ -113,6 +113,32 @@ def test_spin_on_stops_when_threads_wait_for_a_cpu(monkeypatch):
     monkeypatch.setattr(protocol, "_CPUS", 0)
     monkeypatch.setattr(protocol, "_free_until", 0.0)   # the last reading's window, over
     assert spin_on(deadline) is False
+    monkeypatch.setattr(protocol, "_busy_until", 0.0)
+
+
+def test_spin_on_keeps_a_busy_reading_as_long_as_a_free_one(monkeypatch):
+    """Within LOADAVG_EVERY_S of a "busy" reading, a refusal reads nothing and yields nothing (the
+    caller blocks next anyway); after it, the load is read again, and a "free" reading is kept too."""
+    now, readings, calls = [100.0], [protocol._CPUS + 1, 1], []
+    monkeypatch.setattr(protocol.os, "sched_yield", lambda: calls.append("yield"))
+    monkeypatch.setattr(protocol, "_free_until", 0.0)
+    monkeypatch.setattr(protocol, "_busy_until", 0.0)
+    window = protocol.LOADAVG_EVERY_S
+
+    def spin():
+        return spin_on(1e9, clock=lambda: now[0], runnable=lambda: calls.append("read") or readings.pop(0))
+
+    assert spin() is False and calls == ["yield", "read"]   # busy: every CPU has a thread waiting
+    now[0] = 100.0 + window / 2
+    assert spin() is False and calls == ["yield", "read"]   # kept: no read, no yield
+    now[0] = 100.0 + window
+    assert spin() is True and calls == ["yield", "read", "yield", "read"]   # over: read again, free
+    now[0] = 100.0 + window * 1.5
+    assert spin() is True and calls[4:] == ["yield"]        # the free reading kept: yield, no read
+    now[0] = 100.0 + window * 3
+    readings.append(None)   # /proc/loadavg unreadable: refused, and kept as a busy reading
+    assert spin() is False and calls[5:] == ["yield", "read"]
+    assert spin() is False and calls[7:] == []
 
 
 def test_spin_on_reads_the_load_once_per_window(monkeypatch):

@@ -171,23 +171,32 @@ def encode(msg) -> bytes:
     return _HEADER.pack(len(data)) + data
 
 
-def spin_on(deadline: float) -> bool:
+def _runnable() -> int | None:
+    """Threads runnable now, this one included, from /proc/loadavg; None if it cannot be read."""
+    if _LOADAVG is None:
+        return None
+    try:   # "1.00 0.50 0.25 3/120 4567": 3 runnable now
+        return int(os.pread(_LOADAVG, 64, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def spin_on(deadline: float, clock=time.perf_counter, runnable=_runnable) -> bool:
     """Yield the CPU once; whether a poll loop may go on polling: not past its deadline, and no
     runnable thread waits for a CPU (a poller would slow it down, and keep the kernel from moving
-    it to the poller's CPU). That is read from /proc/loadavg at most every LOADAVG_EVERY_S (a read
-    is a system call and a parse: most of a poll's cost)."""
-    os.sched_yield()
-    now = time.perf_counter()
-    if now >= deadline or _LOADAVG is None:
+    it to the poller's CPU). That is read at most every LOADAVG_EVERY_S, and either answer is kept
+    that long (a read is a system call and a parse: most of a poll's cost); while "busy" is kept,
+    a refusal costs no system call, not even the yield, as the caller blocks next anyway."""
+    global _free_until, _busy_until
+    now = clock()
+    if now < _busy_until or now >= deadline:
         return False
-    global _free_until
+    os.sched_yield()
     if now < _free_until:
         return True
-    try:   # "1.00 0.50 0.25 3/120 4567": 3 runnable now, this one included
-        running = int(os.pread(_LOADAVG, 64, 0).split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
-        return False
-    if running > _CPUS:
+    running = runnable()
+    if running is None or running > _CPUS:
+        _busy_until = now + LOADAVG_EVERY_S
         return False
     _free_until = now + LOADAVG_EVERY_S
     return True
@@ -195,6 +204,7 @@ def spin_on(deadline: float) -> bool:
 
 LOADAVG_EVERY_S = 50e-6
 _free_until = 0.0   # spin_on read a free CPU this recently
+_busy_until = 0.0   # or a busy one (or could not read): no polling until then
 
 
 def poll_spinning(poller, seconds: float) -> list:
