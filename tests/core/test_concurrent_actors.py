@@ -5,6 +5,7 @@ Each test that needs concurrency would deadlock without it (a call waits for one
 it), so a regression fails by timeout rather than by a timing threshold.
 """
 import asyncio
+import os
 import threading
 import time
 
@@ -188,22 +189,29 @@ def test_errors_in_concurrent_calls_keep_their_type(ray_start):
         ray.get(AsyncFaulty.remote().fail.remote())
 
 
-def test_dropped_concurrent_actor_finishes_its_calls_then_exits(ray_start, wait_until, pid_alive):
+def test_dropped_concurrent_actor_finishes_its_calls_then_exits(ray_start, wait_until, pid_alive, tmp_path):
     @ray.remote(max_concurrency=3)
     class Slow:
         def pid(self):
             import os
             return os.getpid()
 
-        def nap(self, i):
-            time.sleep(0.2)
+        def nap(self, i, started, gate):
+            import os
+            open(f"{started}-{i}", "w").close()
+            while not os.path.exists(gate):
+                time.sleep(0.01)
             return i
 
     slow = Slow.remote()
     pid = ray.get(slow.pid.remote())
-    naps = [slow.nap.remote(i) for i in range(3)]
-    del slow
-    assert ray.get(naps) == [0, 1, 2]
+    started, gate = tmp_path / "started", tmp_path / "gate"
+    naps = [slow.nap.remote(i, str(started), str(gate)) for i in range(3)]
+    wait_until(lambda: all(os.path.exists(f"{started}-{i}") for i in range(3)), what="all three calls running")
+    del slow   # while its calls run: they finish, then the actor exits
+    assert ray.wait(naps, timeout=0.2)[0] == [] and pid_alive(pid)
+    gate.write_text("go")
+    assert ray.get(naps, timeout=20) == [0, 1, 2]
     wait_until(lambda: not pid_alive(pid), timeout=10, message="the actor did not exit")
 
 

@@ -430,7 +430,12 @@ def test_tune_spreads_trials_over_nodes(ray_cluster, tmp_path):
     from raylite import tune
 
     def trainable(config):
-        time.sleep(1.0)
+        import glob
+        import os
+        open(os.path.join(str(tmp_path), f"started-{config['x']}"), "w").close()
+        deadline = time.monotonic() + 30   # the first two trials run at once, so one on each node
+        while len(glob.glob(os.path.join(str(tmp_path), "started-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         tune.report({"score": config["x"], "node": raylite.get_runtime_context().get_node_id()})
 
     analysis = tune.run(trainable, config={"x": tune.grid_search([1, 2, 3, 4])}, resources_per_trial={"cpu": 1},
