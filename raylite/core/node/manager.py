@@ -109,7 +109,7 @@ class Node:
         res = self.shared.res
         avail = res.available()
         return ({k: from_fixed(v) for k, v in res.total.items()},
-                {k: from_fixed(v) for k, v in avail.items() if v > 0 or k not in ("CPU",) and v > 0})
+                {k: from_fixed(v) for k, v in avail.items() if v > 0})
 
     def shutdown(self) -> None:
         s = self.shared
