@@ -19,6 +19,10 @@ place with one clear message. What we rely on:
   ``trainer._signal_connector._sigterm_notifier_fn`` (replaced per trainer instance), and
   ``utilities.exceptions.SIGTERMException``. Where any is missing the fast path leaves Lightning's
   SIGTERM handling alone.
+* for RayStrategy without DDP's wrapper, ``DDPStrategy``'s ``pre_backward`` / ``post_backward`` /
+  ``block_backward_sync`` (overridden) and the options it keeps (``_ddp_kwargs``, ``_ddp_comm_hook``,
+  ``_ddp_comm_state``, ``_ddp_comm_wrapper``, ``_model_averaging_period``, ``_layer_sync``): any of
+  them set means DDP runs.
 
 Flavour: ``pytorch_lightning`` (2.x) if importable, else ``lightning.pytorch`` (2.x). Set
 ``RAYLITE_LIGHTNING=lightning.pytorch`` (or ``pytorch_lightning``) to choose explicitly; when only

@@ -7,13 +7,16 @@ rest is Lightning's own DDP / FSDP code running unchanged in every worker, excep
 group is joined at the launcher's rendezvous (``setup_environment``: a file store when every rank is
 on this machine, where Lightning's ``env://`` would open a TCP store on every interface) and the
 same-host fast path of a CPU fit (``raylite.util.shm_collectives``: ``setup_environment``,
-``configure_ddp`` and ``teardown``): the per-step SIGTERM check and DDP's gradient allreduce go
-through shared memory instead of gloo. ``RAYLITE_LIGHTNING_FASTPATH=0`` turns it off.
+``configure_ddp``, the backward hooks and ``teardown``): the per-step SIGTERM check and the
+gradient averaging go through shared memory instead of gloo, and where nothing needs DDP's own
+behaviour RayStrategy averages gradients without DDP's wrapper (``FlatGradients``).
+``RAYLITE_LIGHTNING_FASTPATH=0`` turns it all off, ``=ddp`` keeps DDP's wrapper.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import warnings
 
 import torch
@@ -65,7 +68,10 @@ class _RayWorkers:
         self._raylite_trainer = None
         self._raylite_init_method: str | None = None   # the group's rendezvous, in a worker
         self._raylite_local = None   # the same-host fast path's LocalGroup, in a worker during fit
+        self._raylite_flat = None    # RayStrategy without DDP's wrapper: its FlatGradients, during fit
+        self._raylite_blocked = False   # inside block_backward_sync (gradient accumulation)
         self._raylite_fastpath = _fastpath.wanted()
+        self._raylite_keep_ddp = os.environ.get(_fastpath.ENV) == "ddp"   # decided in the driver, as above
         self._raylite_phases = None   # in a worker during a call: its raylite.plugins._phases.Phases
         # One entry per worker (Lightning counts processes from it); every worker's own device is
         # device 0 of what raylite made visible to it, see root_device.
@@ -175,6 +181,9 @@ class _RayWorkers:
         connector._sigterm_notifier_fn = sigterm_notifier   # registered later in Trainer._run
 
     def _raylite_disconnect_local(self) -> None:
+        flat, self._raylite_flat = self._raylite_flat, None
+        if flat is not None:
+            flat.close()
         local, self._raylite_local = self._raylite_local, None
         trainer, self._raylite_trainer = self._raylite_trainer, None
         if local is None:
@@ -233,12 +242,16 @@ class RayStrategy(_RayWorkers, DDPStrategy):
     Workers stay up after a call, so a second ``fit`` (even from a new Trainer with an equal
     RayStrategy) skips their start; see ``raylite.plugins.release_workers``.
 
-    On CPU the workers average gradients through shared memory (a DDP communication hook; the
-    sums are taken in rank order, so every rank gets the same bits) and Lightning's per-step
-    "SIGTERM received?" broadcast is a shared-memory flag: a SIGTERM to any worker stops every
-    rank at the same step with Lightning's ``SIGTERMException``. Buckets over 1 MiB, a
-    ``ddp_comm_hook`` of your own, or ``RAYLITE_LIGHTNING_FASTPATH=0`` (set in the driver) keep
-    gloo for gradients.
+    On CPU the workers average gradients through shared memory (sums taken in rank order, so
+    every rank gets the same bits) and Lightning's per-step "SIGTERM received?" broadcast is a
+    shared-memory flag: a SIGTERM to any worker stops every rank at the same step with
+    Lightning's ``SIGTERMException``. A module without buffers whose gradients fit 1 MiB, with no
+    DDP keyword argument, comm hook, ``sync_batchnorm`` or manual optimization, trains without
+    DDP's wrapper: rank 0's weights are broadcast once, and each synchronised backward ends with
+    one exchange of every gradient (the same averages as DDP, before ``on_after_backward``; a
+    gradient only some ranks have is averaged with zeros, one no rank has stays None). Otherwise
+    DDP runs, its buckets averaged through shared memory up to 1 MiB. ``RAYLITE_LIGHTNING_FASTPATH``
+    (set in the driver): ``ddp`` keeps DDP's wrapper, ``0`` gloo for everything.
 
     Args:
         num_workers: training processes (worker actors).
@@ -268,6 +281,13 @@ class RayStrategy(_RayWorkers, DDPStrategy):
         return [self.root_device.index]
 
     def configure_ddp(self) -> None:
+        params = self._raylite_flat_params()
+        if params is not None:
+            # DDP's wrapper without DDP: its start (rank 0's weights everywhere), then one
+            # exchange of every gradient per synchronised backward (see FlatGradients).
+            _broadcast_from_rank0(list(self.lightning_module.parameters()))
+            self._raylite_flat = _fastpath.FlatGradients(self._raylite_local, params)
+            return
         super().configure_ddp()
         # Lightning registers communication hooks on CUDA only; on CPU with the same-host fast
         # path, gradients are averaged through shared memory unless the user chose a hook.
@@ -276,6 +296,62 @@ class RayStrategy(_RayWorkers, DDPStrategy):
                 and self._model_averaging_period is None
                 and isinstance(self.model, torch.nn.parallel.DistributedDataParallel)):
             self.model.register_comm_hook(local, _fastpath.allreduce_hook)
+
+    def _raylite_flat_params(self) -> list | None:
+        """The parameters to average without DDP's wrapper, or None to keep DDP: where the
+        same-host path is on, nothing asks for DDP's own behaviour (any DDP keyword argument, a
+        comm hook, model averaging, sync_batchnorm, manual optimization), the module has no buffers
+        (DDP broadcasts them every forward) and no sparse gradients, and every gradient fits one
+        slot. ``RAYLITE_LIGHTNING_FASTPATH=ddp`` keeps DDP (with the shared-memory comm hook).
+        The same answer on every rank: each has the same module and options."""
+        local, module = self._raylite_local, self.lightning_module
+        if (local is None or self._raylite_keep_ddp or self._ddp_kwargs or self._layer_sync
+                or self._ddp_comm_hook is not None or self._ddp_comm_state is not None
+                or self._ddp_comm_wrapper is not None or self._model_averaging_period is not None
+                or module is None or not module.automatic_optimization
+                or next(module.buffers(), None) is not None
+                or any(getattr(m, "sparse", False) is True for m in module.modules())):
+            return None
+        params = [p for p in module.parameters() if p.requires_grad]
+        return params if _fastpath.FlatGradients.fits(local, params) else None
+
+    def pre_backward(self, closure_loss) -> None:
+        flat = self._raylite_flat
+        if flat is not None:
+            flat.arm(not self._raylite_blocked)
+        super().pre_backward(closure_loss)
+
+    def post_backward(self, closure_loss) -> None:
+        flat = self._raylite_flat
+        if flat is not None:
+            flat.finish()   # only when no parameter got a gradient here: the peers still wait for it
+        super().post_backward(closure_loss)
+
+    @contextlib.contextmanager
+    def block_backward_sync(self):
+        if self._raylite_flat is None:
+            with super().block_backward_sync():
+                yield
+            return
+        self._raylite_blocked = True
+        try:
+            yield
+        finally:
+            self._raylite_blocked = False
+
+
+def _broadcast_from_rank0(tensors: list) -> None:
+    """Rank 0's values into ``tensors`` on every rank (what DDP does when it wraps a module),
+    one gloo broadcast per dtype."""
+    groups: dict = {}
+    for t in tensors:
+        groups.setdefault(t.dtype, []).append(t)
+    with torch.no_grad():
+        for group in groups.values():
+            flat = torch.cat([t.detach().reshape(-1) for t in group])
+            torch.distributed.broadcast(flat, src=0)
+            for t, value in zip(group, flat.split([t.numel() for t in group])):
+                t.copy_(value.view_as(t))
 
 
 class RayShardedStrategy(_RayWorkers, FSDPStrategy):
