@@ -42,10 +42,18 @@ class Dispatch:
         s = self.s
         if spec.task_id in s.cancelled or (spec.return_ids and s.producers.get(spec.return_ids[0]) is not spec):
             return   # cancelled, or already finished while it waited (cancelled waiting for its arguments)
-        s.queues.setdefault(_queue_key(spec), deque()).append(spec)
+        self._queue_of(spec).append(spec)
 
     def requeue(self, spec: TaskSpec) -> None:
-        self.s.queues.setdefault(_queue_key(spec), deque()).appendleft(spec)
+        self._queue_of(spec).appendleft(spec)
+
+    def _queue_of(self, spec: TaskSpec) -> deque:
+        """Its queue, made when it is the first (setdefault would build a deque on every submit)."""
+        queues, key = self.s.queues, _queue_key(spec)
+        queue = queues.get(key)
+        if queue is None:
+            queue = queues[key] = deque()
+        return queue
 
     def when_deps_ready(self, spec: TaskSpec, then, lost=None) -> None:
         """`then()` once every argument of spec is ready; if one can never be, spec fails, then
