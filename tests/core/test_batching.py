@@ -217,3 +217,35 @@ def test_a_line_of_tasks_of_every_kind_gives_each_its_own_outcome(ray_start, tmp
     with pytest.raises(exceptions.RayError):
         ray.get(refs[5], timeout=30)
     assert ray.get(refs[6], timeout=30) == 6
+
+
+def test_calls_of_a_line_that_differ_only_in_plain_arguments_go_in_one_message(ray_start, tmp_path, monkeypatch):
+    """A line's calls with the same options and no ref or large arguments go as one RUN_LINE (its
+    shared fields pickled once); a ref argument, a large array or other options go in RUNs of
+    their own between them, and each call still gets its own arguments, in order."""
+    from raylite.core.wire import protocol
+    node = _node()
+    kinds_sent = []
+    send = node.loop.send
+
+    def recording(w, msg):
+        kinds_sent.append((msg[0], len(msg[-1]) if msg[0] == protocol.RUN_LINE else 1))
+        send(w, msg)
+    monkeypatch.setattr(node.loop, "send", recording)
+    ray.get([step.remote(i) for i in range(3)])
+    node.call_sync(node.shared.fn_time.__setitem__, step._fn_id, 1.0)   # they all queue first
+    gate = str(tmp_path / "gate")
+    first = step.remote(-1, gate)
+    big = np.arange(300_000)
+    args = [(0,), (1,), (ray.put(2),), (3,), (4,), (big,), (6,)]
+    refs = [step.remote(*a) for a in args[:-1]] + [step.options(name="other").remote(*args[-1])]
+    kinds_sent.clear()
+    _short(step)
+    refs.append(step.remote(7))   # the node looks at the queue again: they go ahead
+    lined = node.call_sync(lambda: max(len(w.ahead) for w in node.workers.values()))
+    open(gate, "w").close()
+    assert lined == 8 and ray.get(first) == -1
+    values = ray.get(refs)
+    assert values[:5] == [0, 1, 2, 3, 4] and (values[5] == big).all() and values[6:] == [6, 7]
+    assert kinds_sent[:5] == [(protocol.RUN_LINE, 2), (protocol.RUN, 1), (protocol.RUN_LINE, 2), (protocol.RUN, 1),
+                              (protocol.RUN, 1)], kinds_sent

@@ -202,7 +202,7 @@ def test_a_worker_polls_as_long_as_its_last_wait(monkeypatch):
     from raylite.core.worker import client as worker_client
     client = worker_client.WorkerClient.__new__(worker_client.WorkerClient)
     client.inbox, client.refops, client.lock, client.last_wait = collections.deque(), [], threading.RLock(), None
-    client.late_sender = None   # no results held back: this thread is the only one
+    client.late_sender, client.held = None, []   # no results held back: this thread is the only one
     spins = []
 
     class FakeChannel:

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 
 import cloudpickle
 import pytest
@@ -75,9 +76,19 @@ class FakeNode:
         self.gates: list[str] = []      # files tasks wait for: made at close, so none is left waiting
         self.task_ids = iter(range(1, 1000))
         self.sent: set[str] = set()
+        self.pending: deque = deque()   # DONEs of a DONES not yet taken (see recv)
+        self.batches: list[int] = []
 
     def recv(self):
-        return self.chan.recv()
+        """The worker's next message; those a DONES carries come one by one, as DONEs (`batches`:
+        how many each DONES carried)."""
+        if not self.pending:
+            msg = self.chan.recv()
+            if msg[0] != protocol.DONES:
+                return msg
+            self.batches.append(len(msg[1]))
+            self.pending.extend((protocol.DONE, *items) for items in msg[1])
+        return self.pending.popleft()
 
     def until_done(self, task_id: int) -> list:
         """The worker's messages up to and including its DONE for `task_id`."""
@@ -102,6 +113,18 @@ class FakeNode:
             data += protocol.encode((protocol.RUN, spec_to_wire(spec), fn_bytes, {}, {}, {}))
             ids.append(task_id)
         self.chan.sock.sendall(data)
+        return ids
+
+    def run_line(self, fn, args_each: list) -> list[int]:
+        """One RUN_LINE of calls of fn, as the node sends a line of tiny tasks ahead."""
+        ids = [next(self.task_ids) for _ in args_each]
+        ser, _ = serialization.dumps_args((), {}, None)
+        spec = TaskSpec("task", 0, fn.__name__, ser, fn_id=fn.__name__, max_retries=3)
+        fn_bytes = None if fn.__name__ in self.sent else cloudpickle.dumps(fn)
+        self.sent.add(fn.__name__)
+        entries = [(task_id, serialization.dumps_args(args, {}, None)[0].wire(), (task_id << 8,))
+                   for task_id, args in zip(ids, args_each)]
+        self.chan.send((protocol.RUN_LINE, protocol.line_values(spec), fn_bytes, {}, {}, entries))
         return ids
 
     def gate(self, tmp_path) -> str:
@@ -177,7 +200,7 @@ def test_the_loop_has_one_handler_for_each_message_to_a_worker():
 
     from raylite.core.worker.loop import Loop
     loop = Loop(SimpleNamespace(deliver=None, give_back=None), SimpleNamespace(run=None, cancel_call=None))
-    assert set(loop.handlers) == protocol.TO_WORKER
+    assert set(loop.handlers) | {protocol.RUN_LINE} == protocol.TO_WORKER   # (the client unpacks RUN_LINEs into RUNs)
 
 
 def _dones(node, n: int) -> list:
@@ -209,6 +232,28 @@ def test_results_of_tasks_sent_ahead_come_back_together_once_the_line_is_done(ho
     assert not ready, "a result came back while the next task of the line was still running"
     open(gate, "w").close()
     assert _dones(node, 5) == [(i, True) for i in ids]
+    assert node.batches == [5], "the held results came in one DONES message"
+
+
+def _values(node, n: int) -> list:
+    """(task id, value) of the next n DONEs."""
+    out = []
+    while len(out) < n:
+        msg = node.recv()
+        if msg[0] == protocol.DONE:
+            out.append((msg[1], serialization.loads(serialization.Serialized(*msg[2][0]))))
+    return out
+
+
+def test_a_run_line_runs_each_call_with_its_own_arguments_in_order(holding_node, tmp_path):
+    """RUN_LINE carries the shared fields once and each call's ids and arguments: every call runs,
+    in order, with its own arguments and return id, and the function sent with the line."""
+    node = holding_node
+    gate = node.gate(tmp_path)
+    ids = node.run_line(step, [("",)] * 3 + [(gate,)])
+    _begun(node, 4)
+    open(gate, "w").close()
+    assert _values(node, 4) == [(i, "") for i in ids[:3]] + [(ids[3], gate)]
 
 
 def test_a_failed_task_sends_what_was_held_back_and_its_error_at_once(holding_node, tmp_path):
@@ -298,3 +343,21 @@ def test_a_tasks_metrics_go_out_in_the_write_of_its_result(monkeypatch):
     metrics, done = _messages(sock.writes[0])
     assert metrics == (protocol.METRICS, points)
     assert done[:2] == (protocol.DONE, 5)
+
+
+def test_a_call_of_a_run_line_is_given_back_like_a_run_of_its_own():
+    """The node asks back a call it sent ahead (its worker blocked in get): one that came in a
+    RUN_LINE is found in the inbox and given back, and the others stay, in order."""
+    client, sock = _client()
+    ser, _ = serialization.dumps_args((), {}, None)
+    spec = TaskSpec("task", 0, "f", ser, fn_id="f", max_retries=3)
+    entries = [(i, serialization.dumps_args((i,), {}, None)[0].wire(), (i << 8,)) for i in (11, 12, 13)]
+    client.chan.rbuf += protocol.encode((protocol.RUN_LINE, protocol.line_values(spec), b"fn", {"CPU": 1}, {}, entries))
+    first = client.peek()
+    assert first[0] == protocol.RUN and first[1].task_id == 11 and first[2] == b"fn"
+    client.give_back(12)
+    assert _messages(sock.writes[-1]) == [(protocol.UNPREFETCHED, 12, True)]
+    left = [client.next_message() for _ in range(2)]
+    assert [(m[1].task_id, m[1].return_ids, m[2], m[4]) for m in left] == [(11, (11 << 8,), b"fn", {"CPU": 1}),
+                                                                         (13, (13 << 8,), None, {"CPU": 1})]
+    assert serialization.loads_args(left[1][1].args, {}) == ((13,), {})

@@ -10,7 +10,7 @@ from raylite import exceptions
 from raylite.core.node.records import Waiter, WorkerProc
 from raylite.core.node.state import NodeState
 from raylite.core.wire import protocol as P
-from raylite.core.wire.protocol import TaskSpec, spec_to_wire
+from raylite.core.wire.protocol import TaskSpec, line_entry, line_key, line_values, spec_to_wire
 from raylite.core.wire.serialization import error_value
 
 
@@ -88,6 +88,40 @@ class Dispatch:
         self.loop.send(w, (P.RUN, spec_to_wire(spec), fn_bytes, {d: v.wire() for d, v in deps.items()} if deps else deps,
                            assigned, accel))
         s.task_events.sent(spec, w)
+
+    def send_ahead(self, w: WorkerProc, specs: list[TaskSpec]) -> None:
+        """Send a line of tiny tasks to w, to run after its task (they join w.ahead): calls that
+        differ only in their ids and plain arguments go in one RUN_LINE, which the worker unpacks
+        into its RUNs (one pickle of the shared fields, not one per call); the rest one RUN each."""
+        group: list[TaskSpec] = []
+        key = None
+        for spec in specs:
+            if spec.deps or spec.args.buffers:   # (the worker maps what these read: run_on records it)
+                self._send_line(w, group)
+                group = []
+                w.ahead.append(spec)
+                self.run_on(w, spec)
+                continue
+            spec_key = line_key(spec)
+            if not group or spec_key != key:
+                self._send_line(w, group)
+                group, key = [], spec_key
+            group.append(spec)
+        self._send_line(w, group)
+
+    def _send_line(self, w: WorkerProc, specs: list[TaskSpec]) -> None:
+        if not specs:
+            return
+        w.ahead.extend(specs)   # (their start is recorded when each begins: TaskEvents.sent)
+        if len(specs) == 1:
+            return self.run_on(w, specs[0])
+        first = specs[0]
+        fn_bytes = None
+        if first.fn_id and first.fn_id not in w.functions:
+            fn_bytes = self.s.functions[first.fn_id]
+            w.functions.add(first.fn_id)
+        assigned, accel = w.alloc_on_wire()
+        self.loop.send(w, (P.RUN_LINE, line_values(first), fn_bytes, assigned, accel, [line_entry(s) for s in specs]))
 
     def finish(self, spec: TaskSpec, results) -> None:
         """Store a task's results (one value or a list) and drop its argument pins."""

@@ -22,7 +22,7 @@ def _runs_like(spec: TaskSpec, running: TaskSpec) -> bool:
 
 
 class Dispatches(Protocol):
-    def run_on(self, w: WorkerProc, spec: TaskSpec) -> None: ...
+    def send_ahead(self, w: WorkerProc, specs: list[TaskSpec]) -> None: ...
     def finish(self, spec: TaskSpec, results) -> None: ...
     def requeue(self, spec: TaskSpec) -> None: ...
 
@@ -58,11 +58,11 @@ class TaskLines:
             room = window - len(w.ahead)
             if w.max_calls:   # its last call must be one it was sent
                 room = min(room, w.max_calls - w.calls - 1 - len(w.ahead))
+            line = []
             while room > 0 and queue and _runs_like(queue[0], t):
-                spec = queue.popleft()
-                w.ahead.append(spec)
-                self.dispatch.run_on(w, spec)
+                line.append(queue.popleft())
                 room -= 1
+            self.dispatch.send_ahead(w, line)
 
     def recall(self, w: WorkerProc, only: TaskSpec | None = None) -> None:
         """Ask for the tasks sent ahead to w back (or just `only`), last first: each given back

@@ -9,7 +9,7 @@ from typing import Protocol
 from raylite.core.node.records import Actor, WorkerProc
 from raylite.core.node.state import NodeState
 from raylite.core.node.worker_lifecycle import send_signal
-from raylite.core.wire import serialization
+from raylite.core.wire import protocol as P, serialization
 from raylite.core.wire.protocol import TaskSpec
 from raylite.core.wire.serialization import Serialized
 
@@ -107,6 +107,12 @@ class TaskMessages:
             spec.max_retries -= 1   # retry_exceptions: the same budget as a crashed worker's retries
             return self.dispatch.enqueue(spec)
         self.dispatch.finish(spec, results)
+
+    def msg_dones(self, w: WorkerProc, dones: list) -> None:
+        """Several DONEs in one message (results a worker held back while its line ran), in order."""
+        done = self.s.handlers[P.DONE]
+        for items in dones:
+            done(w, *items)
 
     def msg_submit(self, w: WorkerProc, spec: TaskSpec, fn_bytes, parent: int | None = None) -> None:
         """`parent`: the task or actor call (of several an actor may run at once) that submits it;

@@ -22,7 +22,7 @@ def handler_table(worker_msgs: WorkerMessages, task_msgs, streams, lines, cancel
     """The worker -> node message kinds (raylite.core.wire.protocol) and their handlers; the rest
     of a message is the handler's arguments after the worker."""
     handlers = {
-        P.HELLO: task_msgs.msg_hello, P.DONE: task_msgs.msg_done, P.ITEM: streams.msg_item,
+        P.HELLO: task_msgs.msg_hello, P.DONE: task_msgs.msg_done, P.DONES: task_msgs.msg_dones, P.ITEM: streams.msg_item,
         P.SUBMIT: task_msgs.msg_submit, P.PUT: worker_msgs.msg_put, P.REFS: worker_msgs.msg_refs,
         P.KILL: worker_msgs.msg_kill, P.CANCEL: worker_msgs.msg_cancel, P.ACTOR_REPR: worker_msgs.msg_actor_repr,
         P.EXIT_ACTOR: worker_msgs.msg_exit_actor, P.INTERRUPT_MISSED: cancels.msg_interrupt_missed,

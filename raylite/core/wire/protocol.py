@@ -22,6 +22,9 @@ import time
 
 # node -> worker
 RUN = "run"                     # (RUN, spec wire, fn bytes or None, deps, assigned, accelerator ids)
+RUN_LINE = "run_line"           # (RUN_LINE, spec wire, fn bytes or None, assigned, accelerator ids,
+                                #  [(task id, args wire, return ids), ...]): RUNs of calls that differ
+                                #  from the spec only there (see line_key), which the worker unpacks
 REPLY = "reply"                 # (REPLY, request id, payload): the answer to one of REQUESTS
 CANCEL_CALL = "cancel_call"     # (CANCEL_CALL, task id): an actor call it has was cancelled
 FORGET = "forget"               # (FORGET, segment names): freed objects, to unmap once unused
@@ -31,6 +34,7 @@ EXIT = "exit"                   # (EXIT,): end gracefully once running calls are
 # worker -> node
 HELLO = "hello"                 # (HELLO, pid): the first message, once the worker is set up
 DONE = "done"                   # (DONE, task id, results wire[, retry[, log offsets or None[, run time]]])
+DONES = "dones"                 # (DONES, [DONE's items after its kind, ...]): several, in order
 ITEM = "item"                   # (ITEM, completion id, index, value): a generator's next value
 SUBMIT = "submit"               # (SUBMIT, spec, fn bytes or None, submitting task id)
 PUT = "put"                     # (PUT, object id, value)
@@ -57,9 +61,9 @@ GROUP = "group"
 # the reference operations a REFS message carries
 PIN, RELEASE, ADDREF = "pin", "release", "addref"
 
-TO_WORKER = frozenset({RUN, REPLY, CANCEL_CALL, FORGET, UNPREFETCH, EXIT})
+TO_WORKER = frozenset({RUN, RUN_LINE, REPLY, CANCEL_CALL, FORGET, UNPREFETCH, EXIT})
 REQUESTS = frozenset({GET, WAIT, STREAM_NEXT, CREATE_NAMED, GET_ACTOR, NAMED_ACTORS, RESOURCES, STATE, GROUP})
-TO_NODE = frozenset({HELLO, DONE, ITEM, SUBMIT, PUT, REFS, KILL, CANCEL, ACTOR_REPR, EXIT_ACTOR, INTERRUPT_MISSED,
+TO_NODE = frozenset({HELLO, DONE, DONES, ITEM, SUBMIT, PUT, REFS, KILL, CANCEL, ACTOR_REPR, EXIT_ACTOR, INTERRUPT_MISSED,
                      UNPREFETCHED, RELEASED, METRICS}) | REQUESTS
 
 _HEADER = struct.Struct("<I")
@@ -152,6 +156,32 @@ def spec_from_wire(values: tuple, serialized) -> TaskSpec:
     spec = _spec_from_tuple(values)
     spec.args = serialized(*spec.args)
     return spec
+
+
+# what the calls of one RUN_LINE share: every field but their ids and arguments
+_LINE_VARIES = ("task_id", "args", "return_ids")
+line_key = operator.attrgetter(*(slot for slot in TaskSpec.__slots__ if slot not in _LINE_VARIES))
+
+
+def line_values(spec: TaskSpec) -> tuple:
+    """A RUN_LINE's spec: the calls' shared fields (its own ids and arguments are overwritten)."""
+    values = _spec_fields(spec)
+    return values[:_ARGS] + (None,) + values[_ARGS + 1:]
+
+
+def line_entry(spec: TaskSpec) -> tuple:
+    """A call's own part of a RUN_LINE."""
+    return spec.task_id, spec.args.wire(), spec.return_ids
+
+
+def specs_from_line(values: tuple, entries: list, serialized) -> list[TaskSpec]:
+    """The specs a RUN_LINE carries: its spec's fields with each entry's ids and arguments."""
+    specs = []
+    for task_id, args, return_ids in entries:
+        spec = _spec_from_tuple(values)
+        spec.task_id, spec.args, spec.return_ids = task_id, serialized(*args), return_ids
+        specs.append(spec)
+    return specs
 
 
 class ArgRef:

@@ -11,9 +11,10 @@ from collections import deque
 from raylite.core.client import context
 
 from raylite.core.wire import serialization
-from raylite.core.wire.protocol import (CANCEL, CREATE_NAMED, GET, GET_ACTOR, GROUP, KILL, NAMED_ACTORS, PUT, REFS, REPLY,
-                                        RESOURCES, RUN, STATE, STREAM_NEXT, SUBMIT, UNPREFETCH, UNPREFETCHED, WAIT, ADDREF,
-                                        PIN, RELEASE, Channel, TaskSpec, spec_from_wire, spin_for)
+from raylite.core.wire.protocol import (CANCEL, CREATE_NAMED, DONES, GET, GET_ACTOR, GROUP, KILL, NAMED_ACTORS, PUT, REFS, REPLY,
+                                        RESOURCES, RUN, RUN_LINE, STATE, STREAM_NEXT, SUBMIT, UNPREFETCH, UNPREFETCHED, WAIT, ADDREF,
+                                        PIN, RELEASE, Channel, TaskSpec, spec_from_wire, specs_from_line,
+                                        spin_for)
 from raylite.core.wire.resources import NodeResources
 
 
@@ -36,7 +37,7 @@ class WorkerClient:
         self.req_ids = itertools.count(1)
         self.replies: dict[int, _Reply] | None = None   # set once calls run concurrently
         self.last_wait: float | None = None   # how long the last wait for a message took (s)
-        self.held = 0              # results held back (see send_result), since held_since
+        self.held: list = []       # DONE messages held back (see send_result), since held_since
         self.held_since = 0.0
         self.holding = threading.Event()   # set when results start to be held (see _send_late)
         self.late_sender: threading.Thread | None = None
@@ -45,36 +46,47 @@ class WorkerClient:
     def send(self, msg) -> None:
         with self.lock:
             self._defer_refops()
+            self._defer_held()
             self.chan.send(msg)
-            self.held = 0
 
     def send_ahead(self, msg) -> None:
         """Queue msg to go out in the same write as whatever this worker sends next (a task's
         METRICS with its DONE); waiting for the next message sends it too (next_message)."""
         with self.lock:
             self._defer_refops()
+            self._defer_held()
             self.chan.defer(msg)
 
     def _defer_refops(self) -> None:
         """Reference ops go ahead of the message that follows, in its write (a system call and,
-        for a node that sleeps, a wake-up less than a write of their own)."""
+        for a node that sleeps, a wake-up less than a write of their own); results held back
+        were recorded before them, and go first."""
         if self.refops:
+            self._defer_held()
             ops, self.refops = self.refops, []
             self.chan.defer((REFS, ops))
+
+    def _defer_held(self) -> None:
+        """The results held back, into the next write: as one DONES message if several (one
+        pickle and one message for the node to read and dispatch, not one each)."""
+        held = self.held
+        if held:
+            self.held = []
+            self.chan.defer(held[0] if len(held) == 1 else (DONES, [msg[1:] for msg in held]))
 
     def send_result(self, msg, defer: bool) -> None:
         """A task's DONE, or with `defer` (another short task is here already to run next) held
         back to go out with the next ones in one write: up to HOLD_MAX of them, for up to
         HOLD_MAX_S. Whatever this worker sends next, or waiting for its next message, sends
-        them first (Channel.send), so a single task's result never waits."""
+        them first (send), so a single task's result never waits."""
         with self.lock:
             self._defer_refops()
             now = time.perf_counter()
-            if not self.held:
+            held = self.held
+            if not held:
                 self.held_since = now
-            if defer and self.held < HOLD_MAX and now - self.held_since < HOLD_MAX_S:
-                self.chan.defer(msg)
-                self.held += 1
+            held.append(msg)
+            if defer and len(held) < HOLD_MAX and now - self.held_since < HOLD_MAX_S:
                 if self.late_sender is None:
                     self.late_sender = threading.Thread(target=self._send_late, daemon=True,
                                                         name="raylite-held-results")
@@ -82,8 +94,8 @@ class WorkerClient:
                 if not self.holding.is_set():
                     self.holding.set()
             else:
-                self.chan.send(msg)
-                self.held = 0
+                self._defer_held()
+                self.chan.flush_deferred()
 
     def _send_late(self) -> None:
         """Send results held back HOLD_MAX_S old or more: the next task, taken as short from its
@@ -96,9 +108,7 @@ class WorkerClient:
                 time.sleep(LATE_CHECK_S)
                 with self.lock:
                     if self.held and time.perf_counter() - self.held_since >= HOLD_MAX_S:
-                        self._defer_refops()
-                        self.chan.flush_deferred()
-                        self.held = 0
+                        self.flush_locked()
                     if not self.held:
                         self.holding.clear()
                         break
@@ -106,15 +116,28 @@ class WorkerClient:
     def flush(self) -> None:
         """Send what is held back (before this process ends)."""
         with self.lock:
-            self._defer_refops()
-            self.chan.flush_deferred()
-            self.held = 0
+            self.flush_locked()
+
+    def flush_locked(self) -> None:
+        self._defer_refops()
+        self._defer_held()
+        self.chan.flush_deferred()
 
     def peek(self):
         """The next message from the node if it is here already (read, not taken), else None."""
         if not self.inbox and self.chan.has_message():
-            self.inbox.append(incoming(self.chan.recv()))
+            self._take(self.chan.recv())
         return self.inbox[0] if self.inbox else None
+
+    def _take(self, msg) -> None:
+        """Into the inbox, as RUNs if it is a RUN_LINE (so each of its calls can be given back)."""
+        if msg[0] == RUN_LINE:
+            _, values, fn_bytes, assigned, accel, entries = msg
+            for spec in specs_from_line(values, entries, serialization.Serialized):
+                self.inbox.append((RUN, spec, fn_bytes, {}, assigned, accel))
+                fn_bytes = None
+        else:
+            self.inbox.append(incoming(msg))
 
     def request(self, msg_kind: str, *args):
         reply = None if self.replies is None else _Reply()   # concurrent calls: the main loop reads, each waits
@@ -123,10 +146,10 @@ class WorkerClient:
             if reply is not None:
                 self.replies[req] = reply
             self._defer_refops()
+            self._defer_held()   # (what was held goes out first)
             self.chan.send((msg_kind, req) + args)
-            self.held = 0   # (what was held went out first)
             while reply is None:
-                msg = incoming(self.chan.recv())
+                msg = self.chan.recv()
                 if msg is None:
                     os._exit(1)  # the driver is gone
                 if msg[0] == REPLY and msg[1] == req:
@@ -134,7 +157,7 @@ class WorkerClient:
                 if msg[0] == UNPREFETCH:
                     self.give_back(msg[1])
                 else:
-                    self.inbox.append(msg)
+                    self._take(msg)
         return reply.wait()
 
     def deliver(self, req: int, payload) -> None:
@@ -153,8 +176,8 @@ class WorkerClient:
         if self.inbox:
             return self.inbox.popleft()
         if self.chan.has_message():
-            return incoming(self.chan.recv())
-        if self.refops or self.chan.deferred:   # (a sync task's DONE went out already: nothing to lock)
+            return self._next(self.chan.recv())
+        if self.refops or self.held or self.chan.deferred:   # (a sync task's DONE went out already: nothing to lock)
             self.flush()
         # a single-threaded worker waits for its next task polling first, for as long as its last
         # wait suggests (see protocol.spin_for); with more threads, the polling one would compete
@@ -164,7 +187,13 @@ class WorkerClient:
         started = time.monotonic()
         msg = self.chan.recv(spin)
         self.last_wait = time.monotonic() - started
-        return incoming(msg)
+        return self._next(msg)
+
+    def _next(self, msg):
+        if msg is None or msg[0] != RUN_LINE:
+            return incoming(msg)
+        self._take(msg)
+        return self.inbox.popleft()
 
     # -- the client interface shared with the driver --
     def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
