@@ -138,7 +138,8 @@ class Dispatch:
             results = [results] * len(spec.return_ids)
         if spec.return_ids:
             s.producers.pop(spec.return_ids[0], None)
-        s.children.pop(spec.task_id, None)
+        if s.children:
+            s.children.pop(spec.task_id, None)
         table = s.table
         for oid, value in zip(spec.return_ids, results):
             table.set_value(oid, value)
@@ -157,7 +158,8 @@ class Dispatch:
             table = s.table
             for oid in spec.deps + spec.args.refs:
                 table.release(oid)
-            table.retire_segments(spec.args)
+            if spec.args.buffers:
+                table.retire_segments(spec.args)
 
     def to_idle(self, w: WorkerProc) -> None:
         s = self.s

@@ -66,7 +66,8 @@ class TaskMessages:
         """`ran`: how long the task's function took in the worker (a successful task's), which
         tells tiny tasks (see TaskLines.prefetch) however long their round trips take on a busy machine."""
         s = self.s
-        results = [Serialized(*r) for r in results]   # sent as plain data (see worker finish)
+        # sent as plain data (see worker finish); most tasks have one
+        results = [Serialized(*results[0])] if len(results) == 1 else [Serialized(*r) for r in results]
         if w.actor is not None:
             actor = w.actor
             spec = actor.inflight.pop(task_id, None)
