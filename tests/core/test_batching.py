@@ -249,3 +249,24 @@ def test_calls_of_a_line_that_differ_only_in_plain_arguments_go_in_one_message(r
     assert values[:5] == [0, 1, 2, 3, 4] and (values[5] == big).all() and values[6:] == [6, 7]
     assert kinds_sent[:5] == [(protocol.RUN_LINE, 2), (protocol.RUN, 1), (protocol.RUN_LINE, 2), (protocol.RUN, 1),
                               (protocol.RUN, 1)], kinds_sent
+
+
+def test_a_task_queued_behind_others_that_cannot_start_costs_no_scheduling_pass(ray_start, tmp_path, monkeypatch):
+    """A burst of submits while the CPU is taken: the first one queues and looks for a worker;
+    each one after only joins that queue behind it, so no scheduling pass runs for it (it would
+    find nothing to do). Once the CPU is free they all run, in order."""
+    node = _node()
+    ray.get([step.remote(i) for i in range(3)])
+    node.call_sync(node.shared.fn_time.__setitem__, step._fn_id, 1.0)   # not tiny: nothing goes ahead
+    gate = str(tmp_path / "gate")
+    first = step.remote(-1, gate)
+    passes = []
+    schedule = node.scheduler.schedule
+    monkeypatch.setattr(node.scheduler, "schedule", lambda: (passes.append(1), schedule())[1])
+    node.call_sync(lambda: None)   # (a pass of its own, while the first task runs)
+    passes.clear()
+    refs = [step.remote(i) for i in range(20)]
+    queued = node.call_sync(lambda: sum(len(q) for q in node.shared.queues.values()))
+    assert queued == 20 and len(passes) <= 2, passes   # the first submit's pass, and the call_sync's
+    open(gate, "w").close()
+    assert ray.get(first) == -1 and ray.get(refs) == list(range(20))

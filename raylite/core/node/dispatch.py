@@ -8,7 +8,7 @@ from typing import Protocol
 
 from raylite import exceptions
 from raylite.core.node.records import Waiter, WorkerProc
-from raylite.core.node.state import NodeState
+from raylite.core.node.state import SETTLED, NodeState
 from raylite.core.wire import protocol as P
 from raylite.core.wire.protocol import TaskSpec, line_entry, line_key, line_values, spec_to_wire
 from raylite.core.wire.serialization import error_value
@@ -38,11 +38,14 @@ class Dispatch:
     def __init__(self, state: NodeState, loop: Sends, streams: Answers):
         self.s, self.loop, self.streams = state, loop, streams
 
-    def enqueue(self, spec: TaskSpec) -> None:
+    def enqueue(self, spec: TaskSpec):
+        """Queue spec; SETTLED when its queue had others already (see Scheduler.submit)."""
         s = self.s
         if spec.task_id in s.cancelled or (spec.return_ids and s.producers.get(spec.return_ids[0]) is not spec):
-            return   # cancelled, or already finished while it waited (cancelled waiting for its arguments)
-        self._queue_of(spec).append(spec)
+            return None   # cancelled, or already finished while it waited (cancelled waiting for its arguments)
+        queue = self._queue_of(spec)
+        queue.append(spec)
+        return SETTLED if len(queue) > 1 else None
 
     def requeue(self, spec: TaskSpec) -> None:
         self._queue_of(spec).appendleft(spec)
@@ -141,8 +144,11 @@ class Dispatch:
         if s.children:
             s.children.pop(spec.task_id, None)
         table = s.table
-        for oid, value in zip(spec.return_ids, results):
-            table.set_value(oid, value)
+        if len(spec.return_ids) == 1 and results:   # (zip's result, without building it)
+            table.set_value(spec.return_ids[0], results[0])
+        else:
+            for oid, value in zip(spec.return_ids, results):
+                table.set_value(oid, value)
         stream = table.streams.get(spec.return_ids[0]) if spec.stream else None
         if stream is not None:
             stream.done, stream.failed = True, results[0].is_error

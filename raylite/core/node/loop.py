@@ -15,7 +15,7 @@ from typing import Protocol
 
 from raylite.core.node.failures import command_failed
 from raylite.core.node.records import WorkerProc
-from raylite.core.node.state import NodeState
+from raylite.core.node.state import SETTLED, NodeState
 
 
 def _earliest(*timeouts: float | None) -> float | None:
@@ -187,24 +187,28 @@ class Loop:
         another's; fn's error is returned for its caller to raise. An error in the rest is the
         node's own: the runtime is broken."""
         s = self.s
+        ran_commands = bool(s.commands)
         while s.commands:
             queued, queued_args = s.commands.popleft()
             try:
                 queued(*queued_args)
             except Exception:  # noqa: BLE001 - its caller did not wait for a reply
                 command_failed()
-        error = None
+        error = result = None
         if fn is not None:
             try:
-                fn(*args)
+                result = fn(*args)
             except Exception as e:  # noqa: BLE001 - raised in the caller (see run_locked)
                 error = e
         if s.failure.cause is not None:   # its state is unknown: leave it be until shutdown
             return error
+        # every locked section ends with a scheduling pass: after fn alone, which only queued a
+        # task behind others the last pass could not start (SETTLED), it would find nothing to do
+        settled = result is SETTLED and not ran_commands and not s.table.timers
         try:
             if s.table.timers:
                 s.table.fire_timers()
-            if s.queues or s.groups.pending:   # else nothing could start
+            if (s.queues or s.groups.pending) and not settled:   # else nothing could start
                 self.scheduler.schedule()
             if s.dirty_channels:
                 self.flush()

@@ -57,7 +57,11 @@ class Scheduler:
         self.s, self.dispatch, self.procs, self.actor_ops = state, dispatch, procs, actor_ops
         self.envs, self.placement, self.lines = envs, placement, lines
 
-    def submit(self, spec: TaskSpec, fn_bytes: bytes | None) -> None:
+    def submit(self, spec: TaskSpec, fn_bytes: bytes | None):
+        """Take a task, an actor's creation or an actor call. SETTLED (raylite.core.node.state) when
+        it only joined a queue behind tasks that could not start: no resources, workers or lines
+        changed, so the scheduling pass that follows a command would find nothing to do; a burst of
+        submits then costs no pass each."""
         s = self.s
         if fn_bytes is not None:
             s.functions.setdefault(spec.fn_id, fn_bytes)
@@ -108,7 +112,7 @@ class Scheduler:
         if spec.deps:
             self.envs.when_env_ready(spec, lambda: self.dispatch.when_deps_ready(spec, lambda: self.dispatch.enqueue(spec)))
         elif spec.runtime_env is None and s.job_env is None:   # nothing to set up: the common task
-            self.dispatch.enqueue(spec)
+            return self.dispatch.enqueue(spec)
         else:
             self.envs.when_env_ready(spec, lambda: self.dispatch.enqueue(spec))
 

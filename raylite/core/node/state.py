@@ -17,6 +17,10 @@ from raylite.core.wire.protocol import Channel, TaskSpec
 from raylite.core.wire.resources import SCALE, NodeResources
 from raylite.core.worker.zygote import Zygote
 
+# What a command run under the lock returns when all it did was queue a task behind others that
+# the scheduling pass before could not start: the pass after it would find nothing to do (Loop.step).
+SETTLED = object()
+
 DEAD_WORKERS_KEPT = 1000   # list_workers shows the last ones that ended, as Ray keeps dead workers
 
 
