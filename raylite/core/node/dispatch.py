@@ -77,12 +77,16 @@ class Dispatch:
             then()
         table.add_waiter(Waiter(resolved), missing, None)
 
+    def _function_for(self, w: WorkerProc, spec: TaskSpec) -> bytes | None:
+        """The bytes of spec's function the first time w is sent it, None after (w keeps it)."""
+        if spec.fn_id and spec.fn_id not in w.functions:
+            w.functions.add(spec.fn_id)
+            return self.s.functions[spec.fn_id]
+        return None
+
     def run_on(self, w: WorkerProc, spec: TaskSpec) -> None:
         s = self.s
-        fn_bytes = None
-        if spec.fn_id and spec.fn_id not in w.functions:
-            fn_bytes = s.functions[spec.fn_id]
-            w.functions.add(spec.fn_id)
+        fn_bytes = self._function_for(w, spec)
         table = s.table
         deps = {d: table.objects[d].value for d in spec.deps}
         if deps or spec.args.buffers:   # the worker maps their segments: it must let go before reuse
@@ -99,14 +103,9 @@ class Dispatch:
         group: list[TaskSpec] = []
         key = None
         for spec in specs:
-            if spec.deps or spec.args.buffers:   # (the worker maps what these read: run_on records it)
-                self._send_line(w, group)
-                group = []
-                w.ahead.append(spec)
-                self.run_on(w, spec)
-                continue
-            spec_key = line_key(spec)
-            if not group or spec_key != key:
+            # one with a ref argument or a large buffer goes alone: run_on records what the worker maps
+            spec_key = None if spec.deps or spec.args.buffers else line_key(spec)
+            if spec_key is None or spec_key != key:
                 self._send_line(w, group)
                 group, key = [], spec_key
             group.append(spec)
@@ -118,13 +117,9 @@ class Dispatch:
         w.ahead.extend(specs)   # (their start is recorded when each begins: TaskEvents.sent)
         if len(specs) == 1:
             return self.run_on(w, specs[0])
-        first = specs[0]
-        fn_bytes = None
-        if first.fn_id and first.fn_id not in w.functions:
-            fn_bytes = self.s.functions[first.fn_id]
-            w.functions.add(first.fn_id)
         assigned, accel = w.alloc_on_wire()
-        self.loop.send(w, (P.RUN_LINE, line_values(first), fn_bytes, assigned, accel, [line_entry(s) for s in specs]))
+        self.loop.send(w, (P.RUN_LINE, line_values(specs[0]), self._function_for(w, specs[0]), assigned, accel,
+                           [line_entry(s) for s in specs]))
 
     def finish(self, spec: TaskSpec, results) -> None:
         """Store a task's results (one value or a list) and drop its argument pins."""
@@ -144,11 +139,8 @@ class Dispatch:
         if s.children:
             s.children.pop(spec.task_id, None)
         table = s.table
-        if len(spec.return_ids) == 1 and results:   # (zip's result, without building it)
-            table.set_value(spec.return_ids[0], results[0])
-        else:
-            for oid, value in zip(spec.return_ids, results):
-                table.set_value(oid, value)
+        for oid, value in zip(spec.return_ids, results):
+            table.set_value(oid, value)
         stream = table.streams.get(spec.return_ids[0]) if spec.stream else None
         if stream is not None:
             stream.done, stream.failed = True, results[0].is_error

@@ -45,17 +45,20 @@ class WorkerClient:
     # -- plumbing --
     def send(self, msg) -> None:
         with self.lock:
-            self._defer_refops()
-            self._defer_held()
+            self._defer_pending()
             self.chan.send(msg)
 
     def send_ahead(self, msg) -> None:
         """Queue msg to go out in the same write as whatever this worker sends next (a task's
         METRICS with its DONE); waiting for the next message sends it too (next_message)."""
         with self.lock:
-            self._defer_refops()
-            self._defer_held()
+            self._defer_pending()
             self.chan.defer(msg)
+
+    def _defer_pending(self) -> None:
+        """What waits to go out ahead of the next message: held results, then reference ops."""
+        self._defer_held()
+        self._defer_refops()
 
     def _defer_refops(self) -> None:
         """Reference ops go ahead of the message that follows, in its write (a system call and,
@@ -94,8 +97,7 @@ class WorkerClient:
                 if not self.holding.is_set():
                     self.holding.set()
             else:
-                self._defer_held()
-                self.chan.flush_deferred()
+                self._flush_locked()
 
     def _send_late(self) -> None:
         """Send results held back HOLD_MAX_S old or more: the next task, taken as short from its
@@ -108,7 +110,7 @@ class WorkerClient:
                 time.sleep(LATE_CHECK_S)
                 with self.lock:
                     if self.held and time.perf_counter() - self.held_since >= HOLD_MAX_S:
-                        self.flush_locked()
+                        self._flush_locked()
                     if not self.held:
                         self.holding.clear()
                         break
@@ -116,11 +118,10 @@ class WorkerClient:
     def flush(self) -> None:
         """Send what is held back (before this process ends)."""
         with self.lock:
-            self.flush_locked()
+            self._flush_locked()
 
-    def flush_locked(self) -> None:
-        self._defer_refops()
-        self._defer_held()
+    def _flush_locked(self) -> None:
+        self._defer_pending()
         self.chan.flush_deferred()
 
     def peek(self):
@@ -145,8 +146,7 @@ class WorkerClient:
             req = next(self.req_ids)
             if reply is not None:
                 self.replies[req] = reply
-            self._defer_refops()
-            self._defer_held()   # (what was held goes out first)
+            self._defer_pending()   # (what was held goes out first)
             self.chan.send((msg_kind, req) + args)
             while reply is None:
                 msg = self.chan.recv()
