@@ -240,3 +240,46 @@ def test_plain_pickle_of_an_actor_handle_keeps_the_actor(ray_start):
     del counter
     gc.collect()
     assert ray.get(pickle.loads(data).add.remote())[0] == 1
+
+
+def _node():
+    from raylite.core.api import runtime as api
+    return api._node
+
+
+@pytest.mark.local_only("white-box: counts the local node's locked sections")
+def test_refs_dropped_together_are_released_in_few_locked_sections(ray_start, wait_until, monkeypatch):
+    """A list of refs going out of scope queues their releases for the next step (Loop.release_soon):
+    not one locked section each. Every object is freed all the same."""
+    node = _node()
+    refs = [ray.put(i) for i in range(2000)]
+    ids = [r.id for r in refs]
+    steps = []
+    step = node.loop.step
+    monkeypatch.setattr(node.loop, "step", lambda *a: (steps.append(1), step(*a))[1])
+    del refs
+    wait_until(lambda: not any(i in node.table.objects for i in ids), timeout=10,
+               message="the dropped refs' objects were never freed")
+    assert len(steps) < 50, len(steps)
+
+
+@pytest.mark.local_only("white-box: reads the local node's object table")
+def test_a_dropped_ref_is_freed_while_the_driver_does_nothing_else(ray_start, wait_until):
+    """Its release does not wait for the driver's next call: the idle node thread is woken for it.
+    (Read without the node's lock: a call would release it on the way.)"""
+    node = _node()
+    ref = ray.put("x")
+    oid = ref.id
+    del ref
+    wait_until(lambda: oid not in node.table.objects, timeout=10, message="the dropped ref's object stayed")
+
+
+@pytest.mark.local_only("white-box: reads the segments of the local node's objects")
+def test_a_dropped_value_in_shared_memory_is_released_before_the_next_put(ray_start):
+    """Its release is not deferred: the next put of the same size reuses its segment from the pool."""
+    node = _node()
+    first = ray.put(np.ones(2 * MB // 8))
+    segment = node.table.objects[first.id].value.buffers
+    del first
+    second = ray.put(np.ones(2 * MB // 8))
+    assert node.table.objects[second.id].value.buffers == segment

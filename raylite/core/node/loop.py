@@ -56,6 +56,20 @@ class Loop:
             return
         self.run_locked(fn, args)
 
+    def release_soon(self, object_id: int) -> None:
+        """A ref the driver dropped, released at the start of the next step (the node thread is
+        woken for it if idle): a list of 5,000 refs going out of scope then costs one locked
+        section, not 5,000 (1.4 us each). Other calls see the releases done, since every step
+        begins with them. A value in shared memory is released at once, so that its segment goes
+        back to the pool before the caller's next put looks there."""
+        s = self.s
+        entry = s.table.objects.get(object_id)
+        if entry is None or (entry.value is not None and entry.value.buffers):   # an actor handle, or segments
+            return self.call(s.table.release, object_id)
+        s.dead_refs.append(object_id)
+        if not s.woken and not s.node_busy:   # else it looks at dead_refs before it sleeps
+            self.wake()
+
     def call_waiting(self, fn, *args) -> None:
         """`call` from a thread that waits for what fn starts anyway (get, wait): when the node
         thread holds the lock (serving the very result awaited, often), wait for the lock and
@@ -161,7 +175,7 @@ class Loop:
         s = self.s
         try:
             while s.failure.cause is None:
-                timeout = 0 if s.commands else _earliest(s.table.next_timeout(), s.pool.next_expiry())
+                timeout = 0 if s.commands or s.dead_refs else _earliest(s.table.next_timeout(), s.pool.next_expiry())
                 ready = s.sel.select(timeout)
                 with s.lock:
                     if s.failure.cause is not None:   # it broke in a caller's thread meanwhile
@@ -182,7 +196,7 @@ class Loop:
                 s.failure.fail(e)
 
     def step(self, fn=None, args: tuple = ()) -> BaseException | None:
-        """Under the lock: the commands queued so far (in order), then fn, then what became due,
+        """Under the lock: the commands queued so far (in order), the driver's dead refs (release_soon), then fn, then what became due,
         runnable or sendable. Each command runs under its own guard, so one's error never skips
         another's; fn's error is returned for its caller to raise. An error in the rest is the
         node's own: the runtime is broken."""
@@ -194,6 +208,8 @@ class Loop:
                 queued(*queued_args)
             except Exception:  # noqa: BLE001 - its caller did not wait for a reply
                 command_failed()
+        if s.dead_refs:   # after the commands: one queued before a ref died may hold its object
+            self._release_dead()
         error = result = None
         if fn is not None:
             try:
@@ -217,6 +233,15 @@ class Loop:
         except Exception as e:  # noqa: BLE001 - the node's own bug
             s.failure.fail(e)
         return error
+
+    def _release_dead(self) -> None:
+        s = self.s
+        dead, release = s.dead_refs, s.table.release
+        try:
+            while dead:
+                release(dead.popleft())
+        except Exception as e:  # noqa: BLE001 - the node's own bug
+            s.failure.fail(e)
 
     def as_node(self, fn, *args) -> None:
         """Under the lock, in a caller's thread: fn is the node's own work (serving a worker's

@@ -29,7 +29,7 @@ class NodeState:
 
     __slots__ = (
         "res", "groups", "accel_resources", "max_idle", "session", "node_id", "job_id", "job_env", "namespace",
-        "log_dir", "logging", "labels", "shm_prefix", "pool", "sel", "commands", "wake_r", "wake_w", "woken",
+        "log_dir", "logging", "labels", "shm_prefix", "pool", "sel", "commands", "dead_refs", "wake_r", "wake_w", "woken",
         "failure", "handlers", "functions", "workers", "idle", "queues", "feasible_seen", "starting", "unsent",
         "producers", "arg_holders", "cancelled", "fn_time", "children", "actors", "table", "named",
         "task_events", "cluster_events", "runtime_envs", "dirty_channels", "dead_workers", "oom_kills",
@@ -56,6 +56,7 @@ class NodeState:
         # the loop (raylite.core.node.loop)
         self.sel = selectors.DefaultSelector()
         self.commands: deque = deque()
+        self.dead_refs: deque = deque()   # ids of the driver's dead refs, released at the next step (Loop.release_soon)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.woken = False
