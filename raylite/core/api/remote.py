@@ -13,7 +13,7 @@ from raylite.core.client import context
 from raylite.core.client.link import next_id, process, return_id
 from raylite.core.wire import signatures
 from raylite.core.wire.signatures import is_coroutine_function
-from raylite.core.wire.protocol import TaskSpec
+from raylite.core.wire.protocol import TaskSpec, call_of, call_template
 from raylite.core.wire.resources import ACCELERATOR_RESOURCES
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod", "RemoteFunction",
@@ -41,7 +41,7 @@ class RemoteFunction:
         self._retry_on = _retry_on(self._options.get("retry_exceptions", False))
         self._arity = signatures.arity(function)
         self._plain: bool | None = None   # whether its own options take _plain_spec (known after a call)
-        self._plain_fields: tuple = ()    # name, max_calls, max_retries as _spec resolved them
+        self._plain_fields: tuple = ()    # its name and its calls' shared spec fields as _spec resolved them
         self._feasible_on = None          # the resources model its request was found feasible on
         self.__doc__ = getattr(function, "__doc__", None)
 
@@ -105,7 +105,7 @@ class RemoteFunction:
             self._plain = (spec.placement is None and spec.unschedulable is None and stream is None
                            and len(return_ids) == 1 and submission.placement_free(options)
                            and self._feasible_on is client.resources_model)
-            self._plain_fields = (name, max_calls, spec.max_retries)
+            self._plain_fields = (name, call_template(spec))
         return spec
 
     def _plain_spec(self, client, args, kwargs) -> TaskSpec:
@@ -114,12 +114,11 @@ class RemoteFunction:
         returns; found feasible): `_spec`'s result, with the fields it resolved kept (_plain_fields)."""
         if self._feasible_on is not client.resources_model or context.current_placement() is not None:
             return self._spec(client, args, kwargs, self._options, None)
-        name, max_calls, max_retries = self._plain_fields
+        name, template = self._plain_fields
         args_ser, deps = submission.pack_args(name, args, kwargs, client.shm_prefix)
         task_id = next_id()
-        return TaskSpec("task", task_id, name, args_ser, deps, (return_id(task_id, 0),), self._fn_id, None, self._request,
-                        max_calls, max_retries, runtime_env=submission.env_of(self._options, name, self),
-                        retry_exceptions=self._retry_on)
+        return call_of(template, task_id, args_ser, deps, (return_id(task_id, 0),),
+                       submission.env_of(self._options, name, self))
 
 def method(*, num_returns: int | str | None = None, concurrency_group: str | None = None, **options):
     """`@ray.method(...)` on an actor method: its call options, as Ray's.

@@ -56,7 +56,10 @@ class ObjectTable:
             else:
                 if entry.infeasible is not None:
                     waiter.infeasible(entry.infeasible)
-                entry.waiters.append(waiter)
+                if entry.waiters:
+                    entry.waiters.append(waiter)
+                else:
+                    entry.waiters = [waiter]
                 waiter.entries.append(entry)
         waiter.arm(ready, len(unique))
         if not waiter.done and timeout is not None:
@@ -117,11 +120,13 @@ class ObjectTable:
         entry.value = value
         if value.refs:
             self.hold(value.refs)
-        waiters, entry.waiters = entry.waiters, []
-        for waiter in waiters:
-            if value.is_error:
-                waiter.error()
-            waiter.hit()
+        waiters = entry.waiters
+        if waiters:
+            entry.waiters = ()
+            for waiter in waiters:
+                if value.is_error:
+                    waiter.error()
+                waiter.hit()
         if entry.refs <= 0 and not entry.pinned:
             self._free(oid)
 

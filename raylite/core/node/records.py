@@ -77,7 +77,7 @@ class ObjectEntry:
         self.value = value             # Serialized once ready
         self.refs = 1                  # live ObjectRefs plus tasks using it as an argument
         self.pinned = False            # a ref escaped by pickling: keep until shutdown
-        self.waiters: list[Waiter] = []
+        self.waiters: list[Waiter] | tuple = ()   # a list once one waits: most objects never get a waiter
         self.infeasible: str | None = None
 
 

@@ -141,6 +141,30 @@ def _spec_loader():
 
 _spec_from_tuple = _spec_loader()
 _spec_from_tuple.__module__ = __name__   # pickle finds it here by name
+_PER_CALL = ("task_id", "args", "deps", "return_ids", "runtime_env")   # what call_of sets
+_call_fields = operator.attrgetter(*(slot for slot in TaskSpec.__slots__ if slot not in _PER_CALL))
+
+
+def call_template(spec: TaskSpec) -> tuple:
+    """What every call of a function with spec's options shares with spec, for call_of."""
+    return _call_fields(spec)
+
+
+def _call_loader():
+    """`call_of(template, task_id, args, deps, return_ids, runtime_env)`: a spec with template's
+    fields (call_template) and these; written out as _spec_from_tuple, it costs half of TaskSpec(...)
+    with keywords, which a remote function's every call paid."""
+    shared = ", ".join(f"spec.{slot}" for slot in TaskSpec.__slots__ if slot not in _PER_CALL)
+    own = "\n".join(f"    spec.{slot} = {slot}" for slot in _PER_CALL)
+    source = (f"def call_of(template, {', '.join(_PER_CALL)}, _new=TaskSpec.__new__):\n"
+              f"    spec = _new(TaskSpec)\n    {shared}, = template\n{own}\n    return spec\n")
+    namespace = {"TaskSpec": TaskSpec}
+    exec(source, namespace)   # noqa: S102 - fixed source, built from the slot names above
+    return namespace["call_of"]
+
+
+call_of = _call_loader()
+call_of.__module__ = __name__
 _ARGS = TaskSpec.__slots__.index("args")
 
 
