@@ -11,7 +11,7 @@ from raylite.core.wire import protocol as P
 from raylite.core.wire.protocol import TaskSpec
 
 PREFETCH_BELOW_S = 0.002   # tasks whose function runs faster than this are pipelined to busy workers,
-PREFETCH_MAX = 16          # this many at most ahead of each (and no more than this long of work)
+PREFETCH_MAX = 64          # this many at most ahead of each (and no more than this long of work)
 
 
 def _runs_like(spec: TaskSpec, running: TaskSpec) -> bool:
