@@ -276,3 +276,28 @@ def test_message_kinds_are_distinct_and_each_has_one_direction():
     assert len(set(kinds.values())) == len(kinds), kinds
     assert not protocol.TO_WORKER & protocol.TO_NODE
     assert protocol.REQUESTS <= protocol.TO_NODE
+
+
+def test_a_tasks_results_travel_compact_when_plain_and_come_back_the_same():
+    """One plain value goes as its pickle bytes alone; errors, several values and values with refs
+    or buffers as full wire tuples. Either way the node reads the same results."""
+    from raylite.core.wire import serialization as S
+    plain = S.dumps(41, None)
+    error = S.dumps(ValueError("no"), None, is_error=True)
+    with_refs = S.Serialized(plain.data, (), False, (7,))
+    assert S.results_to_wire([plain]) == plain.data
+    for results in ([plain], [error], [plain, plain], [with_refs]):
+        back = S.results_from_wire(S.results_to_wire(results))
+        assert [r.wire() for r in back] == [r.wire() for r in results]
+    assert type(S.results_to_wire([error])) is list and type(S.results_to_wire([with_refs])) is list
+    assert S.loads(S.results_from_wire(S.results_to_wire([plain]))[0]) == 41
+
+
+def test_a_call_built_from_a_template_has_every_other_field_of_the_spec_it_was_made_from():
+    spec = TaskSpec.__new__(TaskSpec)
+    for i, slot in enumerate(TaskSpec.__slots__):
+        setattr(spec, slot, f"value-{i}")
+    own = {"task_id": 9, "args": "args", "deps": (1,), "return_ids": (9 << 8,), "runtime_env": ("env",)}
+    call = protocol.call_of(protocol.call_template(spec), **own)
+    for slot in TaskSpec.__slots__:
+        assert getattr(call, slot) == own.get(slot, getattr(spec, slot)), slot

@@ -209,7 +209,7 @@ def _dones(node, n: int) -> list:
     while len(out) < n:
         msg = node.recv()
         if msg[0] == protocol.DONE:
-            out.append((msg[1], not serialization.Serialized(*msg[2][0]).is_error))
+            out.append((msg[1], not serialization.results_from_wire(msg[2])[0].is_error))
     return out
 
 
@@ -241,7 +241,7 @@ def _values(node, n: int) -> list:
     while len(out) < n:
         msg = node.recv()
         if msg[0] == protocol.DONE:
-            out.append((msg[1], serialization.loads(serialization.Serialized(*msg[2][0]))))
+            out.append((msg[1], serialization.loads(serialization.results_from_wire(msg[2])[0])))
     return out
 
 

@@ -11,7 +11,6 @@ from raylite.core.node.state import NodeState
 from raylite.core.node.worker_lifecycle import send_signal
 from raylite.core.wire import protocol as P, serialization
 from raylite.core.wire.protocol import TaskSpec
-from raylite.core.wire.serialization import Serialized
 
 
 class EmitsOutput(Protocol):
@@ -66,8 +65,7 @@ class TaskMessages:
         """`ran`: how long the task's function took in the worker (a successful task's), which
         tells tiny tasks (see TaskLines.prefetch) however long their round trips take on a busy machine."""
         s = self.s
-        # sent as plain data (see worker finish); most tasks have one
-        results = [Serialized(*results[0])] if len(results) == 1 else [Serialized(*r) for r in results]
+        results = serialization.results_from_wire(results)
         if w.actor is not None:
             actor = w.actor
             spec = actor.inflight.pop(task_id, None)

@@ -34,6 +34,7 @@ EXIT = "exit"                   # (EXIT,): end gracefully once running calls are
 # worker -> node
 HELLO = "hello"                 # (HELLO, pid): the first message, once the worker is set up
 DONE = "done"                   # (DONE, task id, results wire[, retry[, log offsets or None[, run time]]])
+                                # (results wire: serialization.results_to_wire)
 DONES = "dones"                 # (DONES, [DONE's items after its kind, ...]): several, in order
 ITEM = "item"                   # (ITEM, completion id, index, value): a generator's next value
 SUBMIT = "submit"               # (SUBMIT, spec, fn bytes or None, submitting task id)

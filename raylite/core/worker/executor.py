@@ -208,7 +208,7 @@ class Executor:
         context.forget_cancelled(spec.task_id)
         sys.stdout.flush()
         sys.stderr.flush()
-        wired = [r.wire() for r in results]   # plain data: see protocol.spec_to_wire
+        wired = serialization.results_to_wire(results)
         report_metrics(self.client)
         start, self.log_start = self.log_start, None
         ran, self.ran = self.ran, None
