@@ -328,10 +328,14 @@ class FlatGradients:
         self._queued = False
         self._sum = torch.empty(self.total, dtype=self.dtype)
         self._sum_grads = self._chunks(self._sum)
+        self._sum_values = self._sum[:self.numel]
         self._sum_flags = self._sum[self.numel:]
+        # dividing by a 0-d tensor, not a number, skips wrapping the number each step (2 us -> 0.9)
+        self._world = torch.tensor(group.world_size, dtype=self.dtype)
         mine = [group._slot(parity, group.rank, self.dtype, self.total) for parity in (0, 1)]
         self._mine_grads = [self._chunks(m) for m in mine]
         self._mine_flags = [m[self.numel:] for m in mine]
+        self._flags_set = [False, False]   # per parity: every "had a gradient" flag in my slot is 1 already
         self._handles = [p.register_post_accumulate_grad_hook(self._accumulated) for p in self.params]
 
     @staticmethod
@@ -371,10 +375,13 @@ class FlatGradients:
         missing = [i for i, g in enumerate(grads) if g is None]
         if not missing:
             torch._foreach_copy_(self._mine_grads[parity], grads)
-            self._mine_flags[parity].fill_(1)
+            if not self._flags_set[parity]:
+                self._mine_flags[parity].fill_(1)
+                self._flags_set[parity] = True
         else:
             flags = self._mine_flags[parity]
             flags.fill_(1)
+            self._flags_set[parity] = False
             for i, (chunk, g) in enumerate(zip(self._mine_grads[parity], grads)):
                 if g is None:
                     chunk.zero_()
@@ -382,7 +389,7 @@ class FlatGradients:
                 else:
                     chunk.copy_(g)
         group._exchange(k, self.dtype, self.total, self._sum)
-        self._sum[:self.numel].div_(group.world_size)
+        self._sum_values.div_(self._world)
         if not missing:
             torch._foreach_copy_(grads, self._sum_grads)
             return

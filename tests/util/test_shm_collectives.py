@@ -60,3 +60,33 @@ def test_a_sleeping_rank_is_woken_by_the_publish(monkeypatch):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert not group.asleep[1]   # it lowered its flag on the way out
+
+
+def test_flat_gradients_tell_the_peers_which_gradients_a_rank_had_after_a_step_without_one():
+    """Each rank's slot carries a "had a gradient" flag per parameter, which a peer missing one
+    reads. They are set once per slot, not every step, and set again after a step in which this
+    rank had no gradient for some parameter. The peer here is always ahead with zeros in its slots,
+    so each average is this rank's own gradient halved."""
+    torch = pytest.importorskip("torch")
+    group = _group(0)
+    group.seqs[1] = 1 << 40
+    params = [torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))]
+    flat = sc.FlatGradients(group, params)
+
+    def step(grads):
+        for p, g in zip(params, grads):
+            p.grad = None if g is None else g.clone()
+        flat.arm()
+        flat.finish()
+        return flat._mine_flags[group.seq & 1].tolist()
+
+    assert step([torch.full((3,), 4.0), torch.full((2,), 2.0)]) == [1.0, 1.0]   # slot 1
+    assert torch.equal(params[1].grad, torch.ones(2))
+    assert step([torch.full((3,), 4.0), torch.full((2,), 2.0)]) == [1.0, 1.0]   # slot 0
+    assert step([torch.full((3,), 4.0), None]) == [1.0, 0.0]                     # slot 1, one missing
+    assert params[1].grad is None   # nobody had it
+    assert step([torch.full((3,), 4.0), torch.full((2,), 2.0)]) == [1.0, 1.0]   # slot 0: untouched
+    assert step([torch.full((3,), 4.0), torch.full((2,), 6.0)]) == [1.0, 1.0]   # slot 1 again: set again
+    assert torch.equal(params[1].grad, torch.full((2,), 3.0))
+    flat.close()
+    group.close()
