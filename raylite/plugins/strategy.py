@@ -281,6 +281,8 @@ class RayStrategy(_RayWorkers, DDPStrategy):
         return [self.root_device.index]
 
     def configure_ddp(self) -> None:
+        if self.world_size == 1 and not self._raylite_wants_ddp():
+            return   # one process has nothing to average: DDP's wrapper would allreduce each bucket with itself
         params = self._raylite_flat_params()
         if params is not None:
             # DDP's wrapper without DDP: its start (rank 0's weights everywhere), then one
@@ -305,15 +307,20 @@ class RayStrategy(_RayWorkers, DDPStrategy):
         slot. ``RAYLITE_LIGHTNING_FASTPATH=ddp`` keeps DDP (with the shared-memory comm hook).
         The same answer on every rank: each has the same module and options."""
         local, module = self._raylite_local, self.lightning_module
-        if (local is None or self._raylite_keep_ddp or self._ddp_kwargs or self._layer_sync
-                or self._ddp_comm_hook is not None or self._ddp_comm_state is not None
-                or self._ddp_comm_wrapper is not None or self._model_averaging_period is not None
-                or module is None or not module.automatic_optimization
+        if (local is None or self._raylite_wants_ddp() or self._layer_sync or not module.automatic_optimization
                 or next(module.buffers(), None) is not None
                 or any(getattr(m, "sparse", False) is True for m in module.modules())):
             return None
         params = [p for p in module.parameters() if p.requires_grad]
         return params if _fastpath.FlatGradients.fits(local, params) else None
+
+    def _raylite_wants_ddp(self) -> bool:
+        """Whether the user asked for DDP's wrapper: the fast path off or set to keep DDP, a DDP
+        keyword argument, a comm hook or model averaging."""
+        return (not self._raylite_fastpath or self._raylite_keep_ddp or bool(self._ddp_kwargs)
+                or self._ddp_comm_hook is not None or self._ddp_comm_state is not None
+                or self._ddp_comm_wrapper is not None or self._model_averaging_period is not None
+                or self.lightning_module is None)
 
     def pre_backward(self, closure_loss) -> None:
         flat = self._raylite_flat

@@ -84,14 +84,14 @@ class Probe(pl.Callback):
         self.flat, self.grads, self.weights = state_dict["flat"], state_dict["grads"], state_dict["weights"]
 
 
-def _fit(module_cls, tmp_path, monkeypatch, fastpath: str, strategy_kwargs=None, **trainer_kwargs):
+def _fit(module_cls, tmp_path, monkeypatch, fastpath: str, strategy_kwargs=None, probe=None, **trainer_kwargs):
     from raylite.plugins import RayStrategy
     monkeypatch.setenv("RAYLITE_LIGHTNING_FASTPATH", fastpath)   # read by RayStrategy() in the driver
     torch.manual_seed(0)
-    model, probe = module_cls(), Probe()
+    model, probe = module_cls(), probe or Probe()
     x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
     loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=8)
-    trainer = pl.Trainer(strategy=RayStrategy(num_workers=2, **(strategy_kwargs or {})), max_steps=8, logger=False,
+    trainer = pl.Trainer(strategy=RayStrategy(**{"num_workers": 2, **(strategy_kwargs or {})}), max_steps=8, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=str(tmp_path), callbacks=[probe], **trainer_kwargs)
     trainer.fit(model, loader)
@@ -151,3 +151,30 @@ def test_rank0_weights_reach_every_rank_before_the_first_step(ray_preloaded, tmp
     assert flat.flat == [1.0, 1.0]
     assert torch.equal(flat.weights[0], flat.weights[1])
     assert torch.equal(flat.weights, ddp.weights)
+
+
+class Wrapped(pl.Callback):
+    """Whether the fit's model was wrapped in DDP."""
+
+    def __init__(self):
+        self.ddp = None
+
+    def on_train_start(self, trainer, pl_module):
+        self.ddp = isinstance(trainer.strategy.model, torch.nn.parallel.DistributedDataParallel)
+
+    def state_dict(self):
+        return {"ddp": self.ddp}
+
+    def load_state_dict(self, state_dict):
+        self.ddp = state_dict["ddp"]
+
+
+def test_one_worker_trains_without_ddp_as_ddp_does(ray_preloaded, tmp_path, monkeypatch):
+    """A single process has nothing to average: no DDP wrapper, whose every step allreduced the
+    gradients with itself through gloo, unless asked for (RAYLITE_LIGHTNING_FASTPATH=ddp); the
+    training is the same."""
+    one, wrapped = _fit(Net, tmp_path, monkeypatch, "1", {"num_workers": 1}, Wrapped())
+    kept, kept_wrapped = _fit(Net, tmp_path, monkeypatch, "ddp", {"num_workers": 1}, Wrapped())
+    assert wrapped.ddp is False and kept_wrapped.ddp is True
+    for key, value in kept.state_dict().items():
+        assert torch.equal(value, one.state_dict()[key]), key
