@@ -248,9 +248,10 @@ def _node():
 
 
 @pytest.mark.local_only("white-box: counts the local node's locked sections")
-def test_refs_dropped_together_are_released_in_few_locked_sections(ray_start, wait_until, monkeypatch):
-    """A list of refs going out of scope queues their releases for the next step (Loop.release_soon):
-    not one locked section each. Every object is freed all the same."""
+def test_refs_dropped_together_are_released_without_a_step_each(ray_start, wait_until, monkeypatch):
+    """A list of refs going out of scope: each release is done at once under the lock, or left for
+    the step holding it (Loop.release_soon), not run as a command with a step (and a scheduling
+    pass) of its own. Every object is freed all the same."""
     node = _node()
     refs = [ray.put(i) for i in range(2000)]
     ids = [r.id for r in refs]

@@ -18,6 +18,10 @@ from raylite.core.node.records import WorkerProc
 from raylite.core.node.state import SETTLED, NodeState
 
 
+def _nothing() -> None:
+    pass
+
+
 def _earliest(*timeouts: float | None) -> float | None:
     return min((t for t in timeouts if t is not None), default=None)
 
@@ -57,18 +61,29 @@ class Loop:
         self.run_locked(fn, args)
 
     def release_soon(self, object_id: int) -> None:
-        """A ref the driver dropped, released at the start of the next step (the node thread is
-        woken for it if idle): a list of 5,000 refs going out of scope then costs one locked
-        section, not 5,000 (1.4 us each). Other calls see the releases done, since every step
-        begins with them. A value in shared memory is released at once, so that its segment goes
-        back to the pool before the caller's next put looks there."""
+        """A ref the driver dropped. Released here at once when the lock is free and no command
+        waits (a release changes nothing a scheduling pass reads, so it needs no step: 0.4 us, not
+        a call's 1.4); else queued for the step that holds the lock, which releases it after the
+        commands queued before it (one of them may hold the object). A value in shared memory, or
+        an actor handle, goes through `call` as before: its segment must be back in the pool before
+        the caller's next put looks there, and an actor may have to end."""
         s = self.s
         entry = s.table.objects.get(object_id)
-        if entry is None or (entry.value is not None and entry.value.buffers):   # an actor handle, or segments
+        if entry is None or (entry.value is not None and entry.value.buffers):
             return self.call(s.table.release, object_id)
         s.dead_refs.append(object_id)
-        if not s.woken and not s.node_busy:   # else it looks at dead_refs before it sleeps
-            self.wake()
+        if not s.lock.acquire(False):
+            if not s.node_busy:   # (a caller's inline step may have passed dead_refs already)
+                self.wake()
+            return
+        if s.commands or s.stopping:
+            return self.run_locked(_nothing, ())
+        try:
+            self._release_dead()
+            if s.dirty_channels:   # a nested ref's segment, freed: its workers are told to let go
+                self.flush()
+        finally:
+            s.lock.release()
 
     def call_waiting(self, fn, *args) -> None:
         """`call` from a thread that waits for what fn starts anyway (get, wait): when the node
