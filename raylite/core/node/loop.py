@@ -71,14 +71,16 @@ class Loop:
         entry = s.table.objects.get(object_id)
         if entry is None or (entry.value is not None and entry.value.buffers):
             return self.call(s.table.release, object_id)
-        s.dead_refs.append(object_id)
         if not s.lock.acquire(False):
+            s.dead_refs.append(object_id)
             if not s.node_busy:   # (a caller's inline step may have passed dead_refs already)
                 self.wake()
             return
         if s.commands or s.stopping:
+            s.dead_refs.append(object_id)
             return self.run_locked(_nothing, ())
         try:
+            s.dead_refs.append(object_id)
             self._release_dead()
             if s.dirty_channels:   # a nested ref's segment, freed: its workers are told to let go
                 self.flush()

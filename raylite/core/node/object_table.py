@@ -174,10 +174,11 @@ class ObjectTable:
         while todo:
             oid = todo.pop()
             value = self.objects.pop(oid).value
-            self.retire_segments(value)
+            if value.buffers:
+                self.retire_segments(value)
             for inner in value.refs:
                 self.release(inner, todo)
-            stream = self.streams.pop(oid, None)
+            stream = self.streams.pop(oid, None) if self.streams else None
             if stream is not None:   # the generator was dropped: so are the values nobody took
                 for inner in stream.items[stream.taken:]:
                     self.release(inner, todo)
