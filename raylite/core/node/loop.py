@@ -213,10 +213,10 @@ class Loop:
                 s.failure.fail(e)
 
     def step(self, fn=None, args: tuple = ()) -> BaseException | None:
-        """Under the lock: the commands queued so far (in order), the driver's dead refs (release_soon), then fn, then what became due,
-        runnable or sendable. Each command runs under its own guard, so one's error never skips
-        another's; fn's error is returned for its caller to raise. An error in the rest is the
-        node's own: the runtime is broken."""
+        """Under the lock: the commands queued so far (in order), the driver's dead refs
+        (release_soon), then fn, then what became due, runnable or sendable. Each command runs
+        under its own guard, so one's error never skips another's; fn's error is returned for its
+        caller to raise. An error in the rest is the node's own: the runtime is broken."""
         s = self.s
         ran_commands = bool(s.commands)
         while s.commands:
