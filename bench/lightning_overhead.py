@@ -10,6 +10,8 @@
   ray-after  the same with init_with_preload() after the driver's imports (examples/wine_quality.py's
            order): the zygote is the driver's fork, torch and Lightning come with it
   ray-plain  the same after a plain ray.init() (each worker imports torch and Lightning itself)
+  ray-one  ray-after with RayStrategy(num_workers=1): one worker, no gradients to average (nor
+           DDP's wrapper), so its warm fit is the runtime's own cost over `one`
   two      two of `one` at once, in two processes (the slower one's figures): what this machine
            gives two busy processes, the floor under any 2-worker fit (a VM whose vCPUs stall when
            all are busy makes it well over 1.0 x one)
@@ -34,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "wine-quality" / "winequality-red.csv"
-WAYS = ("one", "two", "ddp", "ray", "ray-after", "ray-plain")
+WAYS = ("one", "two", "ddp", "ray", "ray-after", "ray-plain", "ray-one")
 
 
 def _wine():
@@ -102,14 +104,15 @@ def child(way: str, data_path: str, steps: int) -> None:
         cloudpickle.register_pickle_by_value(wq)   # the workers cannot import the example by name
         if way == "ray-plain":   # plain init after the imports: each worker imports for itself
             ray.init(num_cpus=2)
-        elif way == "ray-after":   # after the imports: the zygote forks from this process
+        elif way in ("ray-after", "ray-one"):   # after the imports: the zygote forks from this process
             from raylite.plugins import init_with_preload
             t0 = time.perf_counter()
             init_with_preload(num_cpus=2)
             out["init_s"] = time.perf_counter() - t0
+        workers = 1 if way == "ray-one" else 2
         try:
-            _fit(wq, data, steps, RayStrategy(num_workers=2), "auto", out)
-            _fit(wq, data, steps, RayStrategy(num_workers=2), "auto", out, "warm_")
+            _fit(wq, data, steps, RayStrategy(num_workers=workers), "auto", out)
+            _fit(wq, data, steps, RayStrategy(num_workers=workers), "auto", out, "warm_")
         finally:
             ray.shutdown()
     print("RESULT " + json.dumps(out), flush=True)
@@ -187,6 +190,8 @@ def _report(args, ways: list[str], rounds: list[dict]) -> None:
     for way, label in (("ray", "init first"), ("ray-after", "init after imports"), ("ray-plain", "plain ray.init")):
         rows += [(way, "fit_s", "loop_s", f"RayStrategy(2) cold, {label}", "target <= 1.5"),
                  (way, "warm_fit_s", "warm_loop_s", f"RayStrategy(2) warm, {label}", "target <= 1.0")]
+    rows += [("ray-one", "fit_s", "loop_s", "RayStrategy(1) cold, init after imports", ""),
+             ("ray-one", "warm_fit_s", "warm_loop_s", "RayStrategy(1) warm, init after imports", "")]
     print(f"wine quality, max_steps={args.steps}, batch 32, {len(rounds)} round(s); fit: seconds around "
           f"trainer.fit in the driver; loop: rank 0's training loop alone; median (min-max)")
     print(f"{'':<38} {'fit (s)':>18} {'loop (s)':>18}  ratio (fit / one process's, round by round)")
@@ -195,7 +200,7 @@ def _report(args, ways: list[str], rounds: list[dict]) -> None:
             continue
         note = "" if way == "one" else ratio(way, fit_key) + (f"  {target}" if target else "")
         print(f"{name:<38} {fig(way, fit_key):>18} {fig(way, loop_key):>18}  {note}")
-    for way in ("ray", "ray-after", "ray-plain"):
+    for way in ("ray", "ray-after", "ray-plain", "ray-one"):
         if way not in ways:
             continue
         for prefix, what in (("", "cold"), ("warm_", "warm")):
