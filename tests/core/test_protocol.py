@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from raylite.core.wire import protocol
-from raylite.core.wire.protocol import Channel, TaskSpec, encode, spec_from_wire, spec_to_wire, spin_on
+from raylite.core.wire import polling, protocol
+from raylite.core.wire.polling import spin_on
+from raylite.core.wire.protocol import Channel, TaskSpec, encode, spec_from_wire, spec_to_wire
 from raylite.core.wire.serialization import Serialized
 
 
@@ -105,25 +106,25 @@ def test_spin_on_stops_at_the_deadline():
 
 
 def test_spin_on_stops_when_threads_wait_for_a_cpu(monkeypatch):
-    if protocol._LOADAVG is None:
+    if polling._LOADAVG is None:
         pytest.skip("no /proc/loadavg here: raylite never polls")
     deadline = time.perf_counter() + 60
-    monkeypatch.setattr(protocol, "_CPUS", 1 << 20)
+    monkeypatch.setattr(polling, "_CPUS", 1 << 20)
     assert spin_on(deadline) is True    # the count includes the caller: at least 1 runnable
-    monkeypatch.setattr(protocol, "_CPUS", 0)
-    monkeypatch.setattr(protocol, "_free_until", 0.0)   # the last reading's window, over
+    monkeypatch.setattr(polling, "_CPUS", 0)
+    monkeypatch.setattr(polling, "_free_until", 0.0)   # the last reading's window, over
     assert spin_on(deadline) is False
-    monkeypatch.setattr(protocol, "_busy_until", 0.0)
+    monkeypatch.setattr(polling, "_busy_until", 0.0)
 
 
 def test_spin_on_keeps_a_busy_reading_as_long_as_a_free_one(monkeypatch):
     """Within LOADAVG_EVERY_S of a "busy" reading, a refusal reads nothing and yields nothing (the
     caller blocks next anyway); after it, the load is read again, and a "free" reading is kept too."""
-    now, readings, calls = [100.0], [protocol._CPUS + 1, 1], []
-    monkeypatch.setattr(protocol.os, "sched_yield", lambda: calls.append("yield"))
-    monkeypatch.setattr(protocol, "_free_until", 0.0)
-    monkeypatch.setattr(protocol, "_busy_until", 0.0)
-    window = protocol.LOADAVG_EVERY_S
+    now, readings, calls = [100.0], [polling._CPUS + 1, 1], []
+    monkeypatch.setattr(polling.os, "sched_yield", lambda: calls.append("yield"))
+    monkeypatch.setattr(polling, "_free_until", 0.0)
+    monkeypatch.setattr(polling, "_busy_until", 0.0)
+    window = polling.LOADAVG_EVERY_S
 
     def spin():
         return spin_on(1e9, clock=lambda: now[0], runnable=lambda: calls.append("read") or readings.pop(0))
@@ -144,14 +145,14 @@ def test_spin_on_keeps_a_busy_reading_as_long_as_a_free_one(monkeypatch):
 def test_spin_on_reads_the_load_once_per_window(monkeypatch):
     """A poll loop reads /proc/loadavg at most every LOADAVG_EVERY_S, not on each poll: the read
     and its parse were most of a poll's cost."""
-    if protocol._LOADAVG is None:
+    if polling._LOADAVG is None:
         pytest.skip("no /proc/loadavg here: raylite never polls")
     reads = []
     real_pread = os.pread
-    monkeypatch.setattr(protocol.os, "pread", lambda *a: reads.append(1) or real_pread(*a))
-    monkeypatch.setattr(protocol, "_CPUS", 1 << 20)
-    monkeypatch.setattr(protocol, "_free_until", 0.0)
-    monkeypatch.setattr(protocol, "LOADAVG_EVERY_S", 60.0)
+    monkeypatch.setattr(polling.os, "pread", lambda *a: reads.append(1) or real_pread(*a))
+    monkeypatch.setattr(polling, "_CPUS", 1 << 20)
+    monkeypatch.setattr(polling, "_free_until", 0.0)
+    monkeypatch.setattr(polling, "LOADAVG_EVERY_S", 60.0)
     deadline = time.perf_counter() + 60
     assert all(spin_on(deadline) for _ in range(100))
     assert len(reads) == 1
@@ -161,7 +162,7 @@ def test_spin_window_comes_from_the_environment():
     """RAYLITE_SPIN_US=0 turns polling off (workers inherit the driver's environment)."""
     import subprocess
     import sys
-    code = "from raylite.core.wire import protocol as p; print(p.SPIN_S, p._LOADAVG is None)"
+    code = "from raylite.core.wire import polling as p; print(p.SPIN_S, p._LOADAVG is None)"
     env = dict(os.environ, RAYLITE_SPIN_US="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0.0", "True"]
@@ -171,23 +172,23 @@ def test_spin_window_comes_from_the_environment():
 
 
 def test_spin_for_polls_through_a_wait_predicted_short(monkeypatch):
-    monkeypatch.setattr(protocol, "SPIN_S", 400e-6)
-    monkeypatch.setattr(protocol, "SPIN_MAX_S", 20e-3)
-    assert protocol.spin_for(None) == 400e-6            # nothing known: the usual short poll
-    assert protocol.spin_for(50e-3) == 400e-6           # too long to poll through
-    assert 6e-3 < protocol.spin_for(6e-3) <= 20e-3      # past the predicted end, within the cap
-    assert protocol.spin_for(15e-3) == 20e-3             # capped
-    assert protocol.spin_for(0.0) == 400e-6
-    monkeypatch.setattr(protocol, "SPIN_MAX_S", 0.0)
-    assert protocol.spin_for(6e-3) == 400e-6
-    monkeypatch.setattr(protocol, "SPIN_S", 0.0)
-    assert protocol.spin_for(1e-3) == 0.0               # polling off: no adaptive polling either
+    monkeypatch.setattr(polling, "SPIN_S", 400e-6)
+    monkeypatch.setattr(polling, "SPIN_MAX_S", 20e-3)
+    assert polling.spin_for(None) == 400e-6            # nothing known: the usual short poll
+    assert polling.spin_for(50e-3) == 400e-6           # too long to poll through
+    assert 6e-3 < polling.spin_for(6e-3) <= 20e-3      # past the predicted end, within the cap
+    assert polling.spin_for(15e-3) == 20e-3             # capped
+    assert polling.spin_for(0.0) == 400e-6
+    monkeypatch.setattr(polling, "SPIN_MAX_S", 0.0)
+    assert polling.spin_for(6e-3) == 400e-6
+    monkeypatch.setattr(polling, "SPIN_S", 0.0)
+    assert polling.spin_for(1e-3) == 0.0               # polling off: no adaptive polling either
 
 
 def test_adaptive_window_comes_from_the_environment():
     import subprocess
     import sys
-    code = "from raylite.core.wire import protocol as p; print(p.SPIN_MAX_S, p.spin_for(1e-3))"
+    code = "from raylite.core.wire import polling as p; print(p.SPIN_MAX_S, p.spin_for(1e-3))"
     env = dict(os.environ, RAYLITE_SPIN_US="400", RAYLITE_SPIN_MAX_US="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert [float(x) for x in out.stdout.split()] == [0.0, pytest.approx(400e-6)]
@@ -254,7 +255,7 @@ def test_a_driver_waiting_on_a_task_polls_for_what_its_function_usually_takes():
 ], ids=["v2-max", "v2-quota", "v1-quota", "v1-none", "other-controllers", "no-proc"])
 def test_a_cpu_quota_is_recognised(cgroups, files, limited):
     """Under a CPU quota the long predicted polls are off by default: they would spend the quota."""
-    assert protocol.cpu_quota_set(cgroups, files.get) is limited
+    assert polling.cpu_quota_set(cgroups, files.get) is limited
 
 
 @pytest.mark.parametrize("variable, value", [("RAYLITE_SPIN_US", "fast"), ("RAYLITE_SPIN_MAX_US", "-5"),

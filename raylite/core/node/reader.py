@@ -13,7 +13,7 @@ printed before the get returns). Whoever else fires the waiter (the node thread:
 elsewhere; another thread), ends the worker, leaves bytes for it unsent, or gives its task to
 another worker before it started (Scheduler.take_unsent: the reader then follows the task), wakes the
 reading thread through the reader's own socket pair. The first wait polls before it sleeps (see
-protocol.spin_for).
+polling.spin_for).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import Protocol
 
 from raylite.core.node.records import WorkerProc
 from raylite.core.node.state import NodeState
-from raylite.core.wire.protocol import poll_spinning, spin_for
+from raylite.core.wire.polling import poll_spinning, spin_for
 
 
 class Reader:
@@ -90,7 +90,7 @@ class ProducerReading:
             poller.register(sock, select.POLLIN)
             watching_out = False
             # the first wait polls, as long as the task's function usually takes to run (see
-            # protocol.spin_for), unless user threads would compete for the GIL
+            # polling.spin_for), unless user threads would compete for the GIL
             spin = spin_for(time_left(s.fn_time, w)) if threading.active_count() <= 2 else 0.0
             while (not waiter.done and not s.stopping and not reader.moved and w.index in s.workers
                    and s.failure.cause is None):

@@ -15,7 +15,8 @@ import pickle
 import select
 import socket
 import struct
-import time
+
+from raylite.core.wire.polling import poll_spinning
 
 # Message kinds: each message is a tuple whose first item is one of these. They stay short
 # strings (pickled as such, and readable in a trace); the names say which way each one goes.
@@ -217,123 +218,6 @@ def encode(msg) -> bytes:
     return _HEADER.pack(len(data)) + data
 
 
-def _runnable() -> int | None:
-    """Threads runnable now, this one included, from /proc/loadavg; None if it cannot be read."""
-    if _LOADAVG is None:
-        return None
-    try:   # "1.00 0.50 0.25 3/120 4567": 3 runnable now
-        return int(os.pread(_LOADAVG, 64, 0).split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def spin_on(deadline: float, clock=time.perf_counter, runnable=_runnable) -> bool:
-    """Yield the CPU once; whether a poll loop may go on polling: not past its deadline, and no
-    runnable thread waits for a CPU (a poller would slow it down, and keep the kernel from moving
-    it to the poller's CPU). That is read at most every LOADAVG_EVERY_S, and either answer is kept
-    that long (a read is a system call and a parse: most of a poll's cost); while "busy" is kept,
-    a refusal costs no system call, not even the yield, as the caller blocks next anyway."""
-    global _free_until, _busy_until
-    now = clock()
-    if now < _busy_until or now >= deadline:
-        return False
-    os.sched_yield()
-    if now < _free_until:
-        return True
-    running = runnable()
-    if running is None or running > _CPUS:
-        _busy_until = now + LOADAVG_EVERY_S
-        return False
-    _free_until = now + LOADAVG_EVERY_S
-    return True
-
-
-LOADAVG_EVERY_S = 50e-6
-_free_until = 0.0   # spin_on read a free CPU this recently
-_busy_until = 0.0   # or a busy one (or could not read): no polling until then
-
-
-def poll_spinning(poller, seconds: float) -> list:
-    """poller.poll(0) until something is ready or spin_on says stop: what is ready, maybe nothing."""
-    deadline = time.perf_counter() + seconds
-    while True:
-        ready = poller.poll(0)   # (not a failing recv: its exception costs more pages)
-        if ready or not spin_on(deadline):
-            return ready
-
-
-def _open_loadavg() -> int | None:
-    try:
-        return os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-
-
-# Polling before sleeping (raylite.core.worker.loop, raylite.core.node.reader): where idle CPUs halt (VMs),
-# waking a sleeper costs its waker tens of microseconds, and the answer to a tiny task usually
-# comes sooner. Polling goes on only while a CPU is free (see spin_on). A wait that recent ones
-# predict to be short (a task that took milliseconds, a worker whose tasks come every few
-# milliseconds) polls until its answer is due, up to SPIN_MAX_S: after sleeping that long, the
-# process also runs with cold caches (the host ran others on its CPU), which here cost a 6 ms
-# task's round trip 0.2 ms more than the wake-ups alone. Adaptive, as in OpenMP's runtimes,
-# which poll for up to 200 ms; RAYLITE_SPIN_MAX_US=0 keeps every wait's polling to SPIN_S, as
-# does a CPU quota (see cpu_quota_set).
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def cpu_quota_set(cgroups: str | None, read=_read) -> bool:
-    """Whether a cgroup CPU quota limits this process (`docker --cpus`, a Kubernetes CPU limit),
-    from /proc/self/cgroup's text: polling there spends the quota the work needs, and
-    /proc/loadavg (the host's) cannot tell that no CPU is free."""
-    for line in (cgroups or "").splitlines():
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":   # cgroup v2: "max 100000" is no quota
-            files = [f"/sys/fs/cgroup{path}/cpu.max", "/sys/fs/cgroup/cpu.max"]
-            unlimited = "max"
-        elif "cpu" in controllers.split(","):   # v1: -1 is no quota
-            files = [f"{base}{sub}/cpu.cfs_quota_us" for base in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct")
-                     for sub in dict.fromkeys((path.rstrip("/"), ""))]
-            unlimited = "-1"
-        else:
-            continue
-        for fields in (text.split() for text in map(read, files) if text):
-            if fields and fields[0] != unlimited:
-                return True
-    return False
-
-
-def _seconds_from_us(variable: str, default: str) -> float:
-    text = os.environ.get(variable) or default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:   # (NaN too)
-        raise ValueError(f"{variable}={text!r}: expected a number of microseconds >= 0 (0 turns it off)")
-    return value * 1e-6
-
-
-SPIN_S = _seconds_from_us("RAYLITE_SPIN_US", "400")
-# the longer, predicted polls: off where a CPU quota applies, unless asked for
-SPIN_MAX_S = _seconds_from_us("RAYLITE_SPIN_MAX_US",
-                              "0" if not SPIN_S or cpu_quota_set(_read("/proc/self/cgroup")) else "20000")
-_LOADAVG = _open_loadavg() if SPIN_S else None
-_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def spin_for(predicted: float | None) -> float:
-    """How long to poll before sleeping in a wait predicted to last `predicted` seconds (None:
-    no idea): SPIN_S, or until a little past the prediction when that is within SPIN_MAX_S."""
-    if predicted is None or predicted > SPIN_MAX_S or not SPIN_S:
-        return SPIN_S
-    return min(SPIN_MAX_S, max(SPIN_S, 1.5 * predicted + SPIN_S))
-
-
 class Channel:
     """Framed pickles over a stream socket."""
 
@@ -344,7 +228,7 @@ class Channel:
         self.wbuf = bytearray()
         self.watch_write = False   # the node's selector watches it for writing (wbuf was left over)
         self.deferred = bytearray()   # the blocking side's messages held back (see defer)
-        self.poller = None         # the blocking side's, for polling before it sleeps (see SPIN_S)
+        self.poller = None         # the blocking side's, for polling before it sleeps (see polling.SPIN_S)
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -374,7 +258,7 @@ class Channel:
 
     def recv(self, spin: float = 0.0):
         """Next message, or None at end of stream. With `spin`, poll that many seconds before
-        blocking (see SPIN_S)."""
+        blocking (see polling.SPIN_S)."""
         while True:
             msg = self._pop()
             if msg is not _INCOMPLETE:

@@ -13,8 +13,8 @@ from raylite.core.client import context
 from raylite.core.wire import serialization
 from raylite.core.wire.protocol import (CANCEL, CREATE_NAMED, DONES, GET, GET_ACTOR, GROUP, KILL, NAMED_ACTORS, PUT, REFS, REPLY,
                                         RESOURCES, RUN, RUN_LINE, STATE, STREAM_NEXT, SUBMIT, UNPREFETCH, UNPREFETCHED, WAIT, ADDREF,
-                                        PIN, RELEASE, Channel, TaskSpec, spec_from_wire, specs_from_line,
-                                        spin_for)
+                                        PIN, RELEASE, Channel, TaskSpec, spec_from_wire, specs_from_line)
+from raylite.core.wire.polling import spin_for
 from raylite.core.wire.resources import NodeResources
 
 
@@ -180,7 +180,7 @@ class WorkerClient:
         if self.refops or self.held or self.chan.deferred:   # (a sync task's DONE went out already: nothing to lock)
             self.flush()
         # a single-threaded worker waits for its next task polling first, for as long as its last
-        # wait suggests (see protocol.spin_for); with more threads, the polling one would compete
+        # wait suggests (see polling.spin_for); with more threads, the polling one would compete
         # for the GIL
         alone = threading.active_count() == (1 if self.late_sender is None else 2)   # (it sleeps)
         spin = spin_for(self.last_wait) if alone else 0.0
