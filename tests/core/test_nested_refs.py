@@ -247,21 +247,36 @@ def _node():
     return api._node
 
 
-@pytest.mark.local_only("white-box: counts the local node's locked sections")
-def test_refs_dropped_together_are_released_without_a_step_each(ray_start, wait_until, monkeypatch):
-    """A list of refs going out of scope: each release is done at once under the lock, or left for
-    the step holding it (Loop.release_soon), not run as a command with a step (and a scheduling
-    pass) of its own. Every object is freed all the same."""
+@ray.remote(num_cpus=1)
+def _held(gate: str) -> int:
+    import os
+    import time
+    while not os.path.exists(gate):
+        time.sleep(0.005)
+    return 1
+
+
+@pytest.mark.local_only("white-box: counts the local node's scheduling passes")
+def test_refs_dropped_together_cost_no_scheduling_pass_each(ray_start, tmp_path, wait_until, monkeypatch):
+    """While a task waits in a queue (every CPU taken), each locked section ends with a scheduling
+    pass, unless it changed nothing a pass reads (SETTLED): dropping a ref is such a change. A list
+    of refs going out of scope then costs no pass per ref. Every object is freed all the same."""
     node = _node()
+    gate = str(tmp_path / "gate")
+    held = [_held.remote(gate) for _ in range(3)]   # two run, one waits for a CPU
+    wait_until(lambda: node.call_sync(lambda: sum(len(q) for q in node.shared.queues.values())) == 1,
+               timeout=10, message="the third task never queued")
     refs = [ray.put(i) for i in range(2000)]
     ids = [r.id for r in refs]
-    steps = []
-    step = node.loop.step
-    monkeypatch.setattr(node.loop, "step", lambda *a: (steps.append(1), step(*a))[1])
+    passes = []
+    schedule = node.scheduler.schedule
+    monkeypatch.setattr(node.scheduler, "schedule", lambda: (passes.append(1), schedule())[1])
     del refs
+    assert len(passes) < 50, len(passes)
     wait_until(lambda: not any(i in node.table.objects for i in ids), timeout=10,
                message="the dropped refs' objects were never freed")
-    assert len(steps) < 50, len(steps)
+    open(gate, "w").close()
+    assert ray.get(held) == [1, 1, 1]
 
 
 @pytest.mark.local_only("white-box: reads the local node's object table")

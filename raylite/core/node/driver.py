@@ -90,7 +90,7 @@ class DriverClient:
 
     def release(self, object_id: int) -> None:
         if self.node.failure.cause is None:   # a broken node keeps no counts (its refs die quietly)
-            self.node.release_soon(object_id)
+            self.node.call(self.node.table.release, object_id)
 
     def addref(self, object_id: int) -> None:
         if self.node.failure.cause is None:   # a broken node keeps no counts (its refs die quietly)

@@ -18,10 +18,6 @@ from raylite.core.node.records import WorkerProc
 from raylite.core.node.state import SETTLED, NodeState
 
 
-def _nothing() -> None:
-    pass
-
-
 def _earliest(*timeouts: float | None) -> float | None:
     return min((t for t in timeouts if t is not None), default=None)
 
@@ -59,33 +55,6 @@ class Loop:
                 self.wake()
             return
         self.run_locked(fn, args)
-
-    def release_soon(self, object_id: int) -> None:
-        """A ref the driver dropped. Released here at once when the lock is free and no command
-        waits (a release changes nothing a scheduling pass reads, so it needs no step: 0.4 us, not
-        a call's 1.4); else queued for the step that holds the lock, which releases it after the
-        commands queued before it (one of them may hold the object). A value in shared memory, or
-        an actor handle, goes through `call` as before: its segment must be back in the pool before
-        the caller's next put looks there, and an actor may have to end."""
-        s = self.s
-        entry = s.table.objects.get(object_id)
-        if entry is None or (entry.value is not None and entry.value.buffers):
-            return self.call(s.table.release, object_id)
-        if not s.lock.acquire(False):
-            s.dead_refs.append(object_id)
-            if not s.node_busy:   # (a caller's inline step may have passed dead_refs already)
-                self.wake()
-            return
-        if s.commands or s.stopping:
-            s.dead_refs.append(object_id)
-            return self.run_locked(_nothing, ())
-        try:
-            s.dead_refs.append(object_id)
-            self._release_dead()
-            if s.dirty_channels:   # a nested ref's segment, freed: its workers are told to let go
-                self.flush()
-        finally:
-            s.lock.release()
 
     def call_waiting(self, fn, *args) -> None:
         """`call` from a thread that waits for what fn starts anyway (get, wait): when the node
@@ -192,7 +161,7 @@ class Loop:
         s = self.s
         try:
             while s.failure.cause is None:
-                timeout = 0 if s.commands or s.dead_refs else _earliest(s.table.next_timeout(), s.pool.next_expiry())
+                timeout = 0 if s.commands else _earliest(s.table.next_timeout(), s.pool.next_expiry())
                 ready = s.sel.select(timeout)
                 with s.lock:
                     if s.failure.cause is not None:   # it broke in a caller's thread meanwhile
@@ -213,10 +182,10 @@ class Loop:
                 s.failure.fail(e)
 
     def step(self, fn=None, args: tuple = ()) -> BaseException | None:
-        """Under the lock: the commands queued so far (in order), the driver's dead refs
-        (release_soon), then fn, then what became due, runnable or sendable. Each command runs
-        under its own guard, so one's error never skips another's; fn's error is returned for its
-        caller to raise. An error in the rest is the node's own: the runtime is broken."""
+        """Under the lock: the commands queued so far (in order), then fn, then what became due,
+        runnable or sendable. Each command runs under its own guard, so one's error never skips
+        another's; fn's error is returned for its caller to raise. An error in the rest is the
+        node's own: the runtime is broken."""
         s = self.s
         ran_commands = bool(s.commands)
         while s.commands:
@@ -225,8 +194,6 @@ class Loop:
                 queued(*queued_args)
             except Exception:  # noqa: BLE001 - its caller did not wait for a reply
                 command_failed()
-        if s.dead_refs:   # after the commands: one queued before a ref died may hold its object
-            self._release_dead()
         error = result = None
         if fn is not None:
             try:
@@ -235,8 +202,8 @@ class Loop:
                 error = e
         if s.failure.cause is not None:   # its state is unknown: leave it be until shutdown
             return error
-        # every locked section ends with a scheduling pass: after fn alone, which only queued a
-        # task behind others the last pass could not start (SETTLED), it would find nothing to do
+        # every locked section ends with a scheduling pass: after fn alone, which changed nothing
+        # the pass reads (SETTLED: see raylite.core.node.state), it would find nothing to do
         settled = result is SETTLED and not ran_commands and not s.table.timers
         try:
             if s.table.timers:
@@ -250,15 +217,6 @@ class Loop:
         except Exception as e:  # noqa: BLE001 - the node's own bug
             s.failure.fail(e)
         return error
-
-    def _release_dead(self) -> None:
-        s = self.s
-        dead, release = s.dead_refs, s.table.release
-        try:
-            while dead:
-                release(dead.popleft())
-        except Exception as e:  # noqa: BLE001 - the node's own bug
-            s.failure.fail(e)
 
     def as_node(self, fn, *args) -> None:
         """Under the lock, in a caller's thread: fn is the node's own work (serving a worker's

@@ -72,7 +72,6 @@ class Node:
         s.handlers = handler_table(self.worker_msgs, self.task_msgs, self.streams, self.lines, self.cancels)
         # what the client layer calls, straight to the part that does it
         self.call, self.call_sync, self.call_waiting = loop.call, loop.call_sync, loop.call_waiting
-        self.release_soon = loop.release_soon
         self.submit, self.cancel = self.scheduler.submit, self.cancels.cancel
         self.kill, self.get_actor, self.named_actors = (self.actor_ops.kill, self.actor_ops.get_actor,
                                                         self.actor_ops.named_actors)

@@ -13,6 +13,7 @@ from typing import Callable
 
 from raylite.core.client.streams import Stream
 from raylite.core.node.records import Actor, ObjectEntry, Waiter
+from raylite.core.node.state import SETTLED
 from raylite.core.wire import segments
 
 
@@ -154,9 +155,11 @@ class ObjectTable:
         elif oid in self.actors:
             self.actors[oid].pinned = True
 
-    def release(self, oid: int, freeing: list | None = None) -> None:
+    def release(self, oid: int, freeing: list | None = None) -> object | None:
         """Drop one ref. An object nobody refers to any more is freed, or, while `_free` runs,
-        queued in `freeing`: a long chain of nested refs is then freed without deep recursion."""
+        queued in `freeing`: a long chain of nested refs is then freed without deep recursion.
+        SETTLED for an object (freeing one changes nothing a scheduling pass reads: the driver's
+        dropped refs cost no pass each); an actor handle's may end the actor, and free its resources."""
         entry = self.objects.get(oid)
         if entry is not None:
             entry.refs -= 1
@@ -165,7 +168,8 @@ class ObjectTable:
                     self._free(oid)
                 else:
                     freeing.append(oid)
-        elif oid in self.actors:
+            return SETTLED
+        if oid in self.actors:
             self.release_actor(self.actors[oid])
 
     def _free(self, oid: int) -> None:

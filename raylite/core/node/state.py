@@ -17,8 +17,9 @@ from raylite.core.wire.protocol import Channel, TaskSpec
 from raylite.core.wire.resources import SCALE, NodeResources
 from raylite.core.worker.zygote import Zygote
 
-# What a command run under the lock returns when all it did was queue a task behind others that
-# the scheduling pass before could not start: the pass after it would find nothing to do (Loop.step).
+# What a command run under the lock returns when it changed nothing the scheduling pass reads (it
+# queued a task behind others the pass before could not start, or dropped a ref to an object): the
+# pass after it would find nothing to do (Loop.step).
 SETTLED = object()
 
 DEAD_WORKERS_KEPT = 1000   # list_workers shows the last ones that ended, as Ray keeps dead workers
@@ -29,7 +30,7 @@ class NodeState:
 
     __slots__ = (
         "res", "groups", "accel_resources", "max_idle", "session", "node_id", "job_id", "job_env", "namespace",
-        "log_dir", "logging", "labels", "shm_prefix", "pool", "sel", "commands", "dead_refs", "wake_r", "wake_w", "woken",
+        "log_dir", "logging", "labels", "shm_prefix", "pool", "sel", "commands", "wake_r", "wake_w", "woken",
         "failure", "handlers", "functions", "workers", "idle", "queues", "feasible_seen", "starting", "unsent",
         "producers", "arg_holders", "cancelled", "fn_time", "children", "actors", "table", "named",
         "task_events", "cluster_events", "runtime_envs", "dirty_channels", "dead_workers", "oom_kills",
@@ -56,7 +57,6 @@ class NodeState:
         # the loop (raylite.core.node.loop)
         self.sel = selectors.DefaultSelector()
         self.commands: deque = deque()
-        self.dead_refs: deque = deque()   # ids of the driver's dead refs, released at the next step (Loop.release_soon)
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self.woken = False
