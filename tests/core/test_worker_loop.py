@@ -124,7 +124,7 @@ class FakeNode:
         self.sent.add(fn.__name__)
         entries = [(task_id, serialization.dumps_args(args, {}, None)[0].wire(), (task_id << 8,))
                    for task_id, args in zip(ids, args_each)]
-        self.chan.send((protocol.RUN_LINE, protocol.line_values(spec), fn_bytes, {}, {}, entries))
+        self.chan.send((protocol.RUN_LINE, protocol.line_key(spec), fn_bytes, {}, {}, entries))
         return ids
 
     def gate(self, tmp_path) -> str:
@@ -352,7 +352,7 @@ def test_a_call_of_a_run_line_is_given_back_like_a_run_of_its_own():
     ser, _ = serialization.dumps_args((), {}, None)
     spec = TaskSpec("task", 0, "f", ser, fn_id="f", max_retries=3)
     entries = [(i, serialization.dumps_args((i,), {}, None)[0].wire(), (i << 8,)) for i in (11, 12, 13)]
-    client.chan.rbuf += protocol.encode((protocol.RUN_LINE, protocol.line_values(spec), b"fn", {"CPU": 1}, {}, entries))
+    client.chan.rbuf += protocol.encode((protocol.RUN_LINE, protocol.line_key(spec), b"fn", {"CPU": 1}, {}, entries))
     first = client.peek()
     assert first[0] == protocol.RUN and first[1].task_id == 11 and first[2] == b"fn"
     client.give_back(12)

@@ -10,7 +10,7 @@ from raylite import exceptions
 from raylite.core.node.records import Waiter, WorkerProc
 from raylite.core.node.state import SETTLED, NodeState
 from raylite.core.wire import protocol as P
-from raylite.core.wire.protocol import TaskSpec, line_entry, line_key, line_values, spec_to_wire
+from raylite.core.wire.protocol import TaskSpec, line_entry, line_key, spec_to_wire
 from raylite.core.wire.serialization import error_value
 
 
@@ -118,7 +118,7 @@ class Dispatch:
         if len(specs) == 1:
             return self.run_on(w, specs[0])
         assigned, accel = w.alloc_on_wire()
-        self.loop.send(w, (P.RUN_LINE, line_values(specs[0]), self._function_for(w, specs[0]), assigned, accel,
+        self.loop.send(w, (P.RUN_LINE, line_key(specs[0]), self._function_for(w, specs[0]), assigned, accel,
                            [line_entry(s) for s in specs]))
 
     def finish(self, spec: TaskSpec, results) -> None:

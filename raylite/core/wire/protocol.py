@@ -23,9 +23,9 @@ from raylite.core.wire.polling import poll_spinning
 
 # node -> worker
 RUN = "run"                     # (RUN, spec wire, fn bytes or None, deps, assigned, accelerator ids)
-RUN_LINE = "run_line"           # (RUN_LINE, spec wire, fn bytes or None, assigned, accelerator ids,
-                                #  [(task id, args wire, return ids), ...]): RUNs of calls that differ
-                                #  from the spec only there (see line_key), which the worker unpacks
+RUN_LINE = "run_line"           # (RUN_LINE, the calls' shared fields (line_key), fn bytes or None, assigned,
+                                #  accelerator ids, [(task id, args wire, return ids), ...]): RUNs of
+                                #  calls that differ only there, which the worker unpacks
 REPLY = "reply"                 # (REPLY, request id, payload): the answer to one of REQUESTS
 CANCEL_CALL = "cancel_call"     # (CANCEL_CALL, task id): an actor call it has was cancelled
 FORGET = "forget"               # (FORGET, segment names): freed objects, to unmap once unused
@@ -126,14 +126,11 @@ class TaskSpec:
         return (_spec_from_tuple, (_spec_fields(self),))
 
 
-_spec_fields = operator.attrgetter(*TaskSpec.__slots__)
-
-
-def _spec_builder(name: str, own: tuple = ()):
-    """`name(values, *own)`: a TaskSpec whose slots other than `own` are `values`, in slot order,
-    and whose `own` slots are the arguments after it. One unpacking assignment to every slot,
-    written out from __slots__ (as dataclasses writes __init__): 5x faster than a setattr loop,
-    and half the cost of TaskSpec(...) with keywords."""
+def _spec_parts(name: str, own: tuple = ()):
+    """(shared, `name`): `shared(spec)`, spec's slots other than `own` in slot order, and
+    `name(shared_values, *own)`, a TaskSpec of those and of its `own` slots given after them.
+    `name` is one unpacking assignment to every slot, written out from __slots__ (as dataclasses
+    writes __init__): 5x faster than a setattr loop, and half the cost of TaskSpec(...) with keywords."""
     targets = ", ".join(f"spec.{slot}" for slot in TaskSpec.__slots__ if slot not in own)
     params = "".join(f", {slot}" for slot in own)
     body = "".join(f"    spec.{slot} = {slot}\n" for slot in own)
@@ -143,20 +140,13 @@ def _spec_builder(name: str, own: tuple = ()):
     exec(source, namespace)   # noqa: S102 - fixed source, built from the slot names above
     built = namespace[name]
     built.__module__ = __name__   # pickle finds _spec_from_tuple here by name
-    return built
+    return operator.attrgetter(*(slot for slot in TaskSpec.__slots__ if slot not in own)), built
 
 
-_spec_from_tuple = _spec_builder("_spec_from_tuple")   # a worker runs it for each task
-_PER_CALL = ("task_id", "args", "deps", "return_ids", "runtime_env")
-_call_fields = operator.attrgetter(*(slot for slot in TaskSpec.__slots__ if slot not in _PER_CALL))
-# call_of(template, task_id, args, deps, return_ids, runtime_env): a remote function's next call
-call_of = _spec_builder("call_of", _PER_CALL)
-
-
-def call_template(spec: TaskSpec) -> tuple:
-    """What every call of a function with spec's options shares with spec, for call_of."""
-    return _call_fields(spec)
-
+_spec_fields, _spec_from_tuple = _spec_parts("_spec_from_tuple")   # a worker runs it for each task
+# what the calls of a remote function with its own options share, kept by it, and its next call
+# from that: call_of(template, task_id, args, deps, return_ids, runtime_env)
+call_template, call_of = _spec_parts("call_of", ("task_id", "args", "deps", "return_ids", "runtime_env"))
 
 _ARGS = TaskSpec.__slots__.index("args")
 
@@ -175,15 +165,8 @@ def spec_from_wire(values: tuple, serialized) -> TaskSpec:
     return spec
 
 
-# what the calls of one RUN_LINE share: every field but their ids and arguments
-_LINE_VARIES = ("task_id", "args", "return_ids")
-line_key = operator.attrgetter(*(slot for slot in TaskSpec.__slots__ if slot not in _LINE_VARIES))
-
-
-def line_values(spec: TaskSpec) -> tuple:
-    """A RUN_LINE's spec: the calls' shared fields (its own ids and arguments are overwritten)."""
-    values = _spec_fields(spec)
-    return values[:_ARGS] + (None,) + values[_ARGS + 1:]
+# what the calls of one RUN_LINE share (the message carries it once), and a call of it again
+line_key, _line_call = _spec_parts("_line_call", ("task_id", "args", "return_ids"))
 
 
 def line_entry(spec: TaskSpec) -> tuple:
@@ -191,14 +174,9 @@ def line_entry(spec: TaskSpec) -> tuple:
     return spec.task_id, spec.args.wire(), spec.return_ids
 
 
-def specs_from_line(values: tuple, entries: list, serialized) -> list[TaskSpec]:
-    """The specs a RUN_LINE carries: its spec's fields with each entry's ids and arguments."""
-    specs = []
-    for task_id, args, return_ids in entries:
-        spec = _spec_from_tuple(values)
-        spec.task_id, spec.args, spec.return_ids = task_id, serialized(*args), return_ids
-        specs.append(spec)
-    return specs
+def specs_from_line(shared: tuple, entries: list, serialized) -> list[TaskSpec]:
+    """The specs a RUN_LINE carries: its shared fields (line_key) with each entry's ids and arguments."""
+    return [_line_call(shared, task_id, serialized(*args), return_ids) for task_id, args, return_ids in entries]
 
 
 class ArgRef:

@@ -133,8 +133,8 @@ class WorkerClient:
     def _take(self, msg) -> None:
         """Into the inbox, as RUNs if it is a RUN_LINE (so each of its calls can be given back)."""
         if msg[0] == RUN_LINE:
-            _, values, fn_bytes, assigned, accel, entries = msg
-            for spec in specs_from_line(values, entries, serialization.Serialized):
+            _, shared, fn_bytes, assigned, accel, entries = msg
+            for spec in specs_from_line(shared, entries, serialization.Serialized):
                 self.inbox.append((RUN, spec, fn_bytes, {}, assigned, accel))
                 fn_bytes = None
         else:
