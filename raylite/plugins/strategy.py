@@ -307,7 +307,8 @@ class RayStrategy(_RayWorkers, DDPStrategy):
         slot. ``RAYLITE_LIGHTNING_FASTPATH=ddp`` keeps DDP (with the shared-memory comm hook).
         The same answer on every rank: each has the same module and options."""
         local, module = self._raylite_local, self.lightning_module
-        if (local is None or self._raylite_wants_ddp() or self._layer_sync or not module.automatic_optimization
+        if (local is None or module is None or self._raylite_wants_ddp() or self._layer_sync
+                or not module.automatic_optimization
                 or next(module.buffers(), None) is not None
                 or any(getattr(m, "sparse", False) is True for m in module.modules())):
             return None
@@ -319,8 +320,7 @@ class RayStrategy(_RayWorkers, DDPStrategy):
         keyword argument, a comm hook or model averaging."""
         return (not self._raylite_fastpath or self._raylite_keep_ddp or bool(self._ddp_kwargs)
                 or self._ddp_comm_hook is not None or self._ddp_comm_state is not None
-                or self._ddp_comm_wrapper is not None or self._model_averaging_period is not None
-                or self.lightning_module is None)
+                or self._ddp_comm_wrapper is not None or self._model_averaging_period is not None)
 
     def pre_backward(self, closure_loss) -> None:
         flat = self._raylite_flat
