@@ -265,8 +265,10 @@ def test_a_task_queued_behind_others_that_cannot_start_costs_no_scheduling_pass(
     monkeypatch.setattr(node.scheduler, "schedule", lambda: (passes.append(1), schedule())[1])
     node.call_sync(lambda: None)   # (a pass of its own, while the first task runs)
     passes.clear()
-    refs = [step.remote(i) for i in range(20)]
+    refs = [step.remote(i) for i in range(100)]
     queued = node.call_sync(lambda: sum(len(q) for q in node.shared.queues.values()))
-    assert queued == 20 and len(passes) <= 2, passes   # the first submit's pass, and the call_sync's
+    # the first submit's pass and the call_sync's; a few more where the node thread happened to
+    # serve something else meanwhile (a worker's message, a timer): a pass per submit would be 100
+    assert queued == 100 and len(passes) <= 6, passes
     open(gate, "w").close()
-    assert ray.get(first) == -1 and ray.get(refs) == list(range(20))
+    assert ray.get(first) == -1 and ray.get(refs) == list(range(100))
