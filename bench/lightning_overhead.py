@@ -156,13 +156,14 @@ def main(argv=None) -> int:
         print("error: --ways must include one (the ratios' base)", file=sys.stderr)
         return 2
     import tempfile
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    import machine   # bench/machine.py: this script's folder is on sys.path
+    context = machine.Context()
     rounds: list[dict] = []   # each: way -> that run's figures; the ways of a round run back to back
     with tempfile.TemporaryDirectory() as tmp:
         args.workdir = args.workdir or tmp
         for _ in range(args.repeat):
             rounds.append({way: run_child(way, args) for way in ways})
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(context.line())
     _report(args, ways, rounds)
     return 0
 

@@ -19,6 +19,7 @@ Each cell shows its figure and, in brackets, its speed relative to the best peer
 import argparse, importlib.util, json, os, sys
 from time import perf_counter
 import children  # bench/children.py: this script's folder is on sys.path
+import machine   # bench/machine.py
 
 PEERS = {   # name: (column, module that must be importable)
     "raylite": ("raylite", "raylite"),
@@ -453,17 +454,17 @@ def main():
         if unknown or not peers:
             ap.error(f"--peers: unknown peer(s) {', '.join(map(repr, unknown)) or 'none given'}; "
                      f"expected some of {', '.join(PEERS)}")
-    load = os.getloadavg()
+    context = machine.Context()
     ceiling = pipe_ceilings(args.sync * 5, args.rounds)
     results = {}
     for p in peers:
         print(f"measuring {p} ...", file=sys.stderr, flush=True)
         results[p] = run_child(p, args)
-    print(f"load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end ({os.cpu_count()} CPUs)")
+    print(context.line())
     print(table(peers, results, args, ceiling))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"load": [load[0], os.getloadavg()[0]], "pipe_per_s": ceiling[0] or ceiling[1],
+            json.dump({**context.figures(), "pipe_per_s": ceiling[0] or ceiling[1],
                        "pipe_one_cpu_per_s": ceiling[1], "results": results}, f, indent=1)
 
 
