@@ -106,19 +106,20 @@ class Dispatch:
             # one with a ref argument or a large buffer goes alone: run_on records what the worker maps
             spec_key = None if spec.deps or spec.args.buffers else line_key(spec)
             if spec_key is None or spec_key != key:
-                self._send_line(w, group)
+                self._send_line(w, group, key)
                 group, key = [], spec_key
             group.append(spec)
-        self._send_line(w, group)
+        self._send_line(w, group, key)
 
-    def _send_line(self, w: WorkerProc, specs: list[TaskSpec]) -> None:
+    def _send_line(self, w: WorkerProc, specs: list[TaskSpec], key: tuple | None) -> None:
+        """specs, which share `key` (their line_key) when there are several."""
         if not specs:
             return
         w.ahead.extend(specs)   # (their start is recorded when each begins: TaskEvents.sent)
         if len(specs) == 1:
             return self.run_on(w, specs[0])
         assigned, accel = w.alloc_on_wire()
-        self.loop.send(w, (P.RUN_LINE, line_key(specs[0]), self._function_for(w, specs[0]), assigned, accel,
+        self.loop.send(w, (P.RUN_LINE, key, self._function_for(w, specs[0]), assigned, accel,
                            [line_entry(s) for s in specs]))
 
     def finish(self, spec: TaskSpec, results) -> None:
