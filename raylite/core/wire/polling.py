@@ -61,15 +61,6 @@ def _open_loadavg() -> int | None:
         return None
 
 
-# Polling before sleeping (raylite.core.worker.loop, raylite.core.node.reader): where idle CPUs halt (VMs),
-# waking a sleeper costs its waker tens of microseconds, and the answer to a tiny task usually
-# comes sooner. Polling goes on only while a CPU is free (see spin_on). A wait that recent ones
-# predict to be short (a task that took milliseconds, a worker whose tasks come every few
-# milliseconds) polls until its answer is due, up to SPIN_MAX_S: after sleeping that long, the
-# process also runs with cold caches (the host ran others on its CPU), which here cost a 6 ms
-# task's round trip 0.2 ms more than the wake-ups alone. Adaptive, as in OpenMP's runtimes,
-# which poll for up to 200 ms; RAYLITE_SPIN_MAX_US=0 keeps every wait's polling to SPIN_S, as
-# does a CPU quota (see cpu_quota_set).
 def _read(path: str) -> str | None:
     try:
         with open(path) as f:
@@ -110,6 +101,15 @@ def _seconds_from_us(variable: str, default: str) -> float:
     return value * 1e-6
 
 
+# Polling before sleeping (raylite.core.worker.client, raylite.core.node.reader): where idle CPUs halt (VMs),
+# waking a sleeper costs its waker tens of microseconds, and the answer to a tiny task usually
+# comes sooner. Polling goes on only while a CPU is free (see spin_on). A wait that recent ones
+# predict to be short (a task that took milliseconds, a worker whose tasks come every few
+# milliseconds) polls until its answer is due, up to SPIN_MAX_S: after sleeping that long, the
+# process also runs with cold caches (the host ran others on its CPU), which here cost a 6 ms
+# task's round trip 0.2 ms more than the wake-ups alone. Adaptive, as in OpenMP's runtimes,
+# which poll for up to 200 ms; RAYLITE_SPIN_MAX_US=0 keeps every wait's polling to SPIN_S, as
+# does a CPU quota (see cpu_quota_set).
 SPIN_S = _seconds_from_us("RAYLITE_SPIN_US", "400")
 # the longer, predicted polls: off where a CPU quota applies, unless asked for
 SPIN_MAX_S = _seconds_from_us("RAYLITE_SPIN_MAX_US",
