@@ -56,21 +56,25 @@ def stolen_share(before: tuple[int, int] | None, after: tuple[int, int] | None) 
 
 
 class Context:
-    """Started before the measuring, `line()` after it."""
+    """Started before the measuring; `figures()` once it is over, and `line()` says them."""
 
     def __init__(self):
         self.load = os.getloadavg()[0]
         self.ticks = cpu_ticks()
         self.ns = python_ns_per_iteration()
-
-    def line(self) -> str:
-        stolen = stolen_share(self.ticks, cpu_ticks())
-        return (f"machine: {os.cpu_count()} CPUs, load average {self.load:.2f} at the start and "
-                f"{os.getloadavg()[0]:.2f} at the end; a pure-Python loop at {self.ns:.1f} ns an iteration "
-                "(small-task figures scale with it)"
-                + ("" if stolen is None else f"; CPU time taken by the hypervisor meanwhile {stolen:.1%}"))
+        self._end: dict | None = None
 
     def figures(self) -> dict:
-        """The same for --json files."""
-        return {"load": [self.load, os.getloadavg()[0]], "python_ns_per_iteration": self.ns,
-                "stolen_share": stolen_share(self.ticks, cpu_ticks())}
+        """What --json files keep: read at the first call after the measuring, then kept."""
+        if self._end is None:
+            self._end = {"load": [self.load, os.getloadavg()[0]], "python_ns_per_iteration": self.ns,
+                         "stolen_share": stolen_share(self.ticks, cpu_ticks())}
+        return self._end
+
+    def line(self) -> str:
+        f = self.figures()
+        stolen = f["stolen_share"]
+        return (f"machine: {os.cpu_count()} CPUs, load average {f['load'][0]:.2f} at the start and "
+                f"{f['load'][1]:.2f} at the end; a pure-Python loop at {self.ns:.1f} ns an iteration "
+                "(small-task figures scale with it)"
+                + ("" if stolen is None else f"; CPU time taken by the hypervisor meanwhile {stolen:.1%}"))
