@@ -221,7 +221,7 @@ def test_a_worker_polls_as_long_as_its_last_wait(monkeypatch):
             pass
 
     client.chan = FakeChannel()
-    monkeypatch.setattr(worker_client.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(worker_client, "alone", lambda: True)
     monkeypatch.setattr(worker_client, "spin_for", lambda predicted: ("spin", predicted))
     assert client.next_message() == ("exit",) and spins == [("spin", None)]
     client.next_message()
@@ -242,6 +242,68 @@ def test_a_driver_waiting_on_a_task_polls_for_what_its_function_usually_takes():
     assert time_left({"fid": 0.006}, w) is None
     w.task = None
     assert time_left({"fid": 0.006}, w) is None
+
+
+def test_only_the_runtimes_sleeping_threads_leave_a_thread_free_to_poll():
+    """alone(): a user's thread competes for the GIL (a wait sleeps at once); the runtime's own
+    sleepers (the node's loop, the control endpoint) do not, inside sleeper() only."""
+    assert polling.alone()
+    entered, leave = threading.Event(), threading.Event()
+
+    def body(as_sleeper: bool):
+        if as_sleeper:
+            with polling.sleeper():
+                entered.set()
+                leave.wait(30)
+        else:
+            entered.set()
+            leave.wait(30)
+
+    for as_sleeper in (False, True):
+        entered.clear()
+        leave.clear()
+        thread = threading.Thread(target=body, args=(as_sleeper,))
+        thread.start()
+        try:
+            assert entered.wait(30)
+            assert polling.alone() is as_sleeper
+        finally:
+            leave.set()
+            thread.join(30)
+    assert polling.alone() and not polling._sleepers
+
+
+def test_a_driver_waiting_on_a_tiny_task_polls_while_the_control_endpoint_runs(monkeypatch):
+    """The node's thread and the control endpoint's sleep: a get that waits on a worker polls
+    before it sleeps all the same (with either counted, each result cost a wake-up)."""
+    import raylite as ray
+    from raylite.core.node import reader
+
+    monkeypatch.delenv("RAYLITE_CONTROL", raising=False)
+    if not polling.SPIN_S:
+        pytest.skip("polling is turned off here (RAYLITE_SPIN_US=0)")
+    polls = []
+
+    def counting(poller, seconds):
+        polls.append(seconds)
+        return polling.poll_spinning(poller, seconds)
+
+    monkeypatch.setattr(reader, "poll_spinning", counting)
+    ray.init(num_cpus=1)
+    assert {"raylite-node", "raylite-control"} <= {t.name for t in threading.enumerate()}
+
+    @ray.remote
+    def echo(x):
+        return x
+
+    assert ray.get(echo.remote(0)) == 0   # the worker is up
+    deadline = time.monotonic() + 30
+    while not polling.alone() and time.monotonic() < deadline:   # the endpoint is in its select loop
+        time.sleep(0.01)
+    assert polling.alone()
+    polls.clear()
+    assert [ray.get(echo.remote(i)) for i in range(20)] == list(range(20))
+    assert polls and min(polls) > 0
 
 
 @pytest.mark.parametrize("cgroups, files, limited", [

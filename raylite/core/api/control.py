@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from raylite.core.client import sessions
+from raylite.core.wire.polling import sleeper
 
 CONTROL_ENV = "RAYLITE_CONTROL"
 FINISHED_KEPT = 5        # finished panels of each kind still shown
@@ -232,27 +233,28 @@ class Endpoint:
         if not watched:
             return
         import select  # (imported already: the selectors module uses it)
-        while not self._closed:
-            try:
-                readable, _, _ = select.select([*watched, self._wake_r], [], [])
-            except (OSError, ValueError):
-                break
-            if self._wake_r in readable:
-                break
-            if dash in readable:
+        with sleeper():   # (the driver's threads that wait on workers still poll)
+            while not self._closed:
                 try:
-                    self.dashboard.accept_one()
-                except Exception as e:   # noqa: BLE001 - the endpoint goes on serving the CLI
-                    print(f"raylite: the dashboard could not answer: {type(e).__name__}: {e}", file=sys.stderr)
-            if self._sock in readable:
-                try:
-                    conn, _ = self._sock.accept()
-                except OSError:
-                    continue
-                with conn:
-                    stop = self._serve(conn)
-                if stop:   # once the reply is sent and the connection closed
-                    _stop(self.shutdown)
+                    readable, _, _ = select.select([*watched, self._wake_r], [], [])
+                except (OSError, ValueError):
+                    break
+                if self._wake_r in readable:
+                    break
+                if dash in readable:
+                    try:
+                        self.dashboard.accept_one()
+                    except Exception as e:   # noqa: BLE001 - the endpoint goes on serving the CLI
+                        print(f"raylite: the dashboard could not answer: {type(e).__name__}: {e}", file=sys.stderr)
+                if self._sock in readable:
+                    try:
+                        conn, _ = self._sock.accept()
+                    except OSError:
+                        continue
+                    with conn:
+                        stop = self._serve(conn)
+                    if stop:   # once the reply is sent and the connection closed
+                        _stop(self.shutdown)
 
     def _serve(self, conn: socket.socket) -> bool:
         """Answer one request; whether it was a `stop` that the reply accepted."""

@@ -26,7 +26,7 @@ from typing import Protocol
 
 from raylite.core.node.records import WorkerProc
 from raylite.core.node.state import NodeState
-from raylite.core.wire.polling import poll_spinning, spin_for
+from raylite.core.wire.polling import alone, poll_spinning, spin_for
 
 
 class Reader:
@@ -91,7 +91,7 @@ class ProducerReading:
             watching_out = False
             # the first wait polls, as long as the task's function usually takes to run (see
             # polling.spin_for), unless user threads would compete for the GIL
-            spin = spin_for(time_left(s.fn_time, w)) if threading.active_count() <= 2 else 0.0
+            spin = spin_for(time_left(s.fn_time, w)) if alone() else 0.0
             while (not waiter.done and not s.stopping and not reader.moved and w.index in s.workers
                    and s.failure.cause is None):
                 if bool(w.chan.wbuf) != watching_out:

@@ -1,12 +1,16 @@
 """Polling before sleeping: a thread that waits for a message from another process (a worker for
 its next task, a driver thread for a result) polls its socket briefly first, while a CPU is free,
-and longer where recent waits predict the answer soon (spin_for). Used by raylite.core.wire.protocol's
-Channel, raylite.core.worker.client and raylite.core.node.reader.
+and longer where recent waits predict the answer soon (spin_for), unless another thread of its
+process may want the GIL meanwhile (alone). Used by raylite.core.wire.protocol's Channel,
+raylite.core.worker.client and raylite.core.node.reader.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
+from collections.abc import Iterator
 
 
 def _runnable() -> int | None:
@@ -43,6 +47,28 @@ def spin_on(deadline: float, clock=time.perf_counter, runnable=_runnable) -> boo
 LOADAVG_EVERY_S = 50e-6
 _free_until = 0.0   # spin_on read a free CPU this recently
 _busy_until = 0.0   # or a busy one (or could not read): no polling until then
+
+
+_sleepers: set[int] = set()   # idents of the runtime's own threads inside sleeper()
+
+
+@contextlib.contextmanager
+def sleeper() -> Iterator[None]:
+    """Around the body of a runtime thread that sleeps until something comes for it (the node's
+    loop, the control endpoint, a worker's sender of held results): alone() leaves it out, as
+    its process's polling thread would take no GIL time it needs."""
+    me = threading.get_ident()
+    _sleepers.add(me)
+    try:
+        yield
+    finally:
+        _sleepers.discard(me)
+
+
+def alone() -> bool:
+    """Whether the calling thread may poll: every other thread of its process is a sleeper. A
+    user's thread would compete with the poller for the GIL, so its wait sleeps at once."""
+    return threading.active_count() - len(_sleepers) <= 1
 
 
 def poll_spinning(poller, seconds: float) -> list:

@@ -14,7 +14,7 @@ from raylite.core.wire import serialization
 from raylite.core.wire.protocol import (CANCEL, CREATE_NAMED, DONES, GET, GET_ACTOR, GROUP, KILL, NAMED_ACTORS, PUT, REFS, REPLY,
                                         RESOURCES, RUN, RUN_LINE, STATE, STREAM_NEXT, SUBMIT, UNPREFETCH, UNPREFETCHED, WAIT, ADDREF,
                                         PIN, RELEASE, Channel, TaskSpec, spec_from_wire, specs_from_line)
-from raylite.core.wire.polling import spin_for
+from raylite.core.wire.polling import alone, sleeper, spin_for
 from raylite.core.wire.resources import NodeResources
 
 
@@ -104,16 +104,17 @@ class WorkerClient:
         function's past runs, may run long (or block), and they must not wait for it. While some
         are held it looks every LATE_CHECK_S (waking every HOLD_MAX_S, or once per batch, cost
         the batch throughput of tiny tasks up to a fifth)."""
-        while True:
-            self.holding.wait()
+        with sleeper():   # (a worker's main thread still polls for its next task)
             while True:
-                time.sleep(LATE_CHECK_S)
-                with self.lock:
-                    if self.held and time.perf_counter() - self.held_since >= HOLD_MAX_S:
-                        self._flush_locked()
-                    if not self.held:
-                        self.holding.clear()
-                        break
+                self.holding.wait()
+                while True:
+                    time.sleep(LATE_CHECK_S)
+                    with self.lock:
+                        if self.held and time.perf_counter() - self.held_since >= HOLD_MAX_S:
+                            self._flush_locked()
+                        if not self.held:
+                            self.holding.clear()
+                            break
 
     def flush(self) -> None:
         """Send what is held back (before this process ends)."""
@@ -182,8 +183,7 @@ class WorkerClient:
         # a single-threaded worker waits for its next task polling first, for as long as its last
         # wait suggests (see polling.spin_for); with more threads, the polling one would compete
         # for the GIL
-        alone = threading.active_count() == (1 if self.late_sender is None else 2)   # (it sleeps)
-        spin = spin_for(self.last_wait) if alone else 0.0
+        spin = spin_for(self.last_wait) if alone() else 0.0
         started = time.monotonic()
         msg = self.chan.recv(spin)
         self.last_wait = time.monotonic() - started
