@@ -176,3 +176,26 @@ def test_an_actors_own_threads_are_reported_between_calls(ray_start, wait_until,
     # no call finishes after them, and the actor lives on: they arrive with the periodic report
     assert wait_until(lambda: [r["value"] for r in _series(name)] == [3.0], timeout=15)
     ray.get(service.start.remote(_name("again"), str(go)))   # the actor still serves calls
+
+
+@pytest.mark.local_only("raylite's own polling (raylite.core.wire.polling)")
+def test_a_worker_that_records_metrics_still_polls_for_its_next_task(ray_start):
+    """The thread that reports a worker's points between calls sleeps: the worker's wait for
+    its next task polls as before (a user's thread would stop that)."""
+    name = _name("polled")
+
+    @ray.remote
+    def record_then_look(name):
+        import threading
+        import time
+
+        from raylite.core.wire import polling
+        Counter(name).inc()   # starts the reporting thread
+        deadline = time.monotonic() + 5
+        while not polling.alone() and time.monotonic() < deadline:   # until it is in its sleep
+            time.sleep(0.01)
+        return polling.alone(), sorted(t.name for t in threading.enumerate())
+
+    alone, threads = ray.get(record_then_look.remote(name))
+    assert "raylite-metrics" in threads
+    assert alone
