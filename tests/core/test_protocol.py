@@ -246,24 +246,23 @@ def test_a_driver_waiting_on_a_task_polls_for_what_its_function_usually_takes():
 
 def test_only_the_runtimes_sleeping_threads_leave_a_thread_free_to_poll():
     """alone(): a user's thread competes for the GIL (a wait sleeps at once); the runtime's own
-    sleepers (the node's loop, the control endpoint) do not, inside sleeper() only."""
+    sleepers (the node's loop, the control endpoint), started by start_sleeper, do not, while
+    they run."""
     assert polling.alone()
     entered, leave = threading.Event(), threading.Event()
 
-    def body(as_sleeper: bool):
-        if as_sleeper:
-            with polling.sleeper():
-                entered.set()
-                leave.wait(30)
-        else:
-            entered.set()
-            leave.wait(30)
+    def body():
+        entered.set()
+        leave.wait(30)
 
     for as_sleeper in (False, True):
         entered.clear()
         leave.clear()
-        thread = threading.Thread(target=body, args=(as_sleeper,))
-        thread.start()
+        if as_sleeper:
+            thread = polling.start_sleeper(body, "test-sleeper")
+        else:
+            thread = threading.Thread(target=body)
+            thread.start()
         try:
             assert entered.wait(30)
             assert polling.alone() is as_sleeper

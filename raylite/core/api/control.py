@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from raylite.core.client import sessions
-from raylite.core.wire.polling import sleeper
+from raylite.core.wire.polling import start_sleeper
 
 CONTROL_ENV = "RAYLITE_CONTROL"
 FINISHED_KEPT = 5        # finished panels of each kind still shown
@@ -215,8 +215,7 @@ class Endpoint:
         self._sock: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._closed = False
-        self.thread = threading.Thread(target=self._run, name="raylite-control", daemon=True)
-        self.thread.start()
+        self.thread = start_sleeper(self._run, "raylite-control")   # (the driver's waits still poll)
 
     def _run(self) -> None:
         self.dir = sessions.session_dir(self.node.session)
@@ -233,28 +232,27 @@ class Endpoint:
         if not watched:
             return
         import select  # (imported already: the selectors module uses it)
-        with sleeper():   # (the driver's threads that wait on workers still poll)
-            while not self._closed:
+        while not self._closed:
+            try:
+                readable, _, _ = select.select([*watched, self._wake_r], [], [])
+            except (OSError, ValueError):
+                break
+            if self._wake_r in readable:
+                break
+            if dash in readable:
                 try:
-                    readable, _, _ = select.select([*watched, self._wake_r], [], [])
-                except (OSError, ValueError):
-                    break
-                if self._wake_r in readable:
-                    break
-                if dash in readable:
-                    try:
-                        self.dashboard.accept_one()
-                    except Exception as e:   # noqa: BLE001 - the endpoint goes on serving the CLI
-                        print(f"raylite: the dashboard could not answer: {type(e).__name__}: {e}", file=sys.stderr)
-                if self._sock in readable:
-                    try:
-                        conn, _ = self._sock.accept()
-                    except OSError:
-                        continue
-                    with conn:
-                        stop = self._serve(conn)
-                    if stop:   # once the reply is sent and the connection closed
-                        _stop(self.shutdown)
+                    self.dashboard.accept_one()
+                except Exception as e:   # noqa: BLE001 - the endpoint goes on serving the CLI
+                    print(f"raylite: the dashboard could not answer: {type(e).__name__}: {e}", file=sys.stderr)
+            if self._sock in readable:
+                try:
+                    conn, _ = self._sock.accept()
+                except OSError:
+                    continue
+                with conn:
+                    stop = self._serve(conn)
+                if stop:   # once the reply is sent and the connection closed
+                    _stop(self.shutdown)
 
     def _serve(self, conn: socket.socket) -> bool:
         """Answer one request; whether it was a `stop` that the reply accepted."""

@@ -14,7 +14,7 @@ import threading
 import time
 import warnings
 
-from raylite.core.wire.polling import sleeper
+from raylite.core.wire.polling import start_sleeper
 from raylite.core.wire.protocol import METRICS
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
@@ -62,19 +62,17 @@ class MetricStore:
             start = self.forwarding and not self._reporting and self.report is not None
             self._reporting = self._reporting or start
         if start:
-            threading.Thread(target=self._report_between_calls, name="raylite-metrics", daemon=True).start()
+            start_sleeper(self._report_between_calls, "raylite-metrics")   # (the worker still polls)
 
     def _report_between_calls(self) -> None:
-        """(Worker, from its first point on) report every REPORT_S what no finished call took along.
-        A sleeper (polling.sleeper): the worker still polls for its next task."""
-        with sleeper():
-            while True:
-                time.sleep(REPORT_S)
-                try:
-                    if self.pending:
-                        self.report()
-                except OSError:   # the driver is gone: so is this process, soon
-                    return
+        """(Worker, from its first point on) report every REPORT_S what no finished call took along."""
+        while True:
+            time.sleep(REPORT_S)
+            try:
+                if self.pending:
+                    self.report()
+            except OSError:   # the driver is gone: so is this process, soon
+                return
 
     def _add(self, name: str, tags: tuple, value, single: bool) -> None:
         """Fold one point (`single`), or another process's series value, into a series."""

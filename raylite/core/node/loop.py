@@ -16,7 +16,6 @@ from typing import Protocol
 from raylite.core.node.failures import command_failed
 from raylite.core.node.records import WorkerProc
 from raylite.core.node.state import SETTLED, NodeState
-from raylite.core.wire.polling import sleeper
 
 
 def _earliest(*timeouts: float | None) -> float | None:
@@ -159,10 +158,6 @@ class Loop:
     def run(self) -> None:
         """The node thread. Everything in it runs under one guard: an error here is a bug in the
         node, which marks the runtime broken and ends this thread (raylite.core.node.failures)."""
-        with sleeper():   # (a driver thread waiting on a worker still polls: see reader)
-            self._serve()
-
-    def _serve(self) -> None:
         s = self.s
         try:
             while s.failure.cause is None:

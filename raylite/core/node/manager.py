@@ -11,7 +11,6 @@ layer calls. One lock guards all of it."""
 from __future__ import annotations
 
 import selectors
-import threading
 import time
 
 from raylite.core.node.actors import ActorLifecycle
@@ -34,6 +33,7 @@ from raylite.core.node.worker_lifecycle import WorkerLifecycle, oom_kills
 from raylite.core.node.worker_messages import WorkerMessages, handler_table
 from raylite.core.wire import protocol as P
 from raylite.core.wire import segments
+from raylite.core.wire.polling import start_sleeper
 from raylite.core.wire.protocol import TaskSpec
 from raylite.core.wire.resources import SCALE, from_fixed
 from raylite.core.worker.zygote import Zygote
@@ -84,8 +84,7 @@ class Node:
         self.recent_output = self.output.recent_output
         s.sel.register(s.wake_r, selectors.EVENT_READ, loop.on_wake)
         loop.hold_interrupts()
-        s.thread = threading.Thread(target=loop.run, name="raylite-node", daemon=True)
-        s.thread.start()
+        s.thread = start_sleeper(loop.run, "raylite-node")   # (a driver thread waiting on a worker still polls)
 
     @property
     def zygote(self) -> Zygote:

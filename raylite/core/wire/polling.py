@@ -6,11 +6,10 @@ raylite.core.worker.client and raylite.core.node.reader.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 
 def _runnable() -> int | None:
@@ -49,20 +48,23 @@ _free_until = 0.0   # spin_on read a free CPU this recently
 _busy_until = 0.0   # or a busy one (or could not read): no polling until then
 
 
-_sleepers: set[int] = set()   # idents of the runtime's own threads inside sleeper()
+_sleepers: set[int] = set()   # idents of the running threads start_sleeper started
 
 
-@contextlib.contextmanager
-def sleeper() -> Iterator[None]:
-    """Around the body of a runtime thread that sleeps until something comes for it (the node's
-    loop, the control endpoint, a worker's sender of held results): alone() leaves it out, as
-    its process's polling thread would take no GIL time it needs."""
-    me = threading.get_ident()
-    _sleepers.add(me)
-    try:
-        yield
-    finally:
-        _sleepers.discard(me)
+def start_sleeper(target: Callable[[], None], name: str) -> threading.Thread:
+    """Start a daemon thread of the runtime's that sleeps until something comes for it (the
+    node's loop, the control endpoint, a worker's sender of held results or of metrics):
+    alone() leaves it out, as its process's polling thread would take no GIL time it needs."""
+    def run() -> None:
+        me = threading.get_ident()
+        _sleepers.add(me)
+        try:
+            target()
+        finally:
+            _sleepers.discard(me)
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 def alone() -> bool:

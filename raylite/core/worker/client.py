@@ -14,7 +14,7 @@ from raylite.core.wire import serialization
 from raylite.core.wire.protocol import (CANCEL, CREATE_NAMED, DONES, GET, GET_ACTOR, GROUP, KILL, NAMED_ACTORS, PUT, REFS, REPLY,
                                         RESOURCES, RUN, RUN_LINE, STATE, STREAM_NEXT, SUBMIT, UNPREFETCH, UNPREFETCHED, WAIT, ADDREF,
                                         PIN, RELEASE, Channel, TaskSpec, spec_from_wire, specs_from_line)
-from raylite.core.wire.polling import alone, sleeper, spin_for
+from raylite.core.wire.polling import alone, spin_for, start_sleeper
 from raylite.core.wire.resources import NodeResources
 
 
@@ -91,9 +91,7 @@ class WorkerClient:
             held.append(msg)
             if defer and len(held) < HOLD_MAX and now - self.held_since < HOLD_MAX_S:
                 if self.late_sender is None:
-                    self.late_sender = threading.Thread(target=self._send_late, daemon=True,
-                                                        name="raylite-held-results")
-                    self.late_sender.start()
+                    self.late_sender = start_sleeper(self._send_late, "raylite-held-results")   # (the main thread still polls)
                 if not self.holding.is_set():
                     self.holding.set()
             else:
@@ -104,17 +102,16 @@ class WorkerClient:
         function's past runs, may run long (or block), and they must not wait for it. While some
         are held it looks every LATE_CHECK_S (waking every HOLD_MAX_S, or once per batch, cost
         the batch throughput of tiny tasks up to a fifth)."""
-        with sleeper():   # (a worker's main thread still polls for its next task)
+        while True:
+            self.holding.wait()
             while True:
-                self.holding.wait()
-                while True:
-                    time.sleep(LATE_CHECK_S)
-                    with self.lock:
-                        if self.held and time.perf_counter() - self.held_since >= HOLD_MAX_S:
-                            self._flush_locked()
-                        if not self.held:
-                            self.holding.clear()
-                            break
+                time.sleep(LATE_CHECK_S)
+                with self.lock:
+                    if self.held and time.perf_counter() - self.held_since >= HOLD_MAX_S:
+                        self._flush_locked()
+                    if not self.held:
+                        self.holding.clear()
+                        break
 
     def flush(self) -> None:
         """Send what is held back (before this process ends)."""
