@@ -44,8 +44,7 @@ class DriverClient:
         def send(gate):
             nonlocal waiter
             waiter = Waiter(lambda timed_out, _waiter: gate.open(timed_out), want, fail_fast=want is None)
-            self.node.call_waiting(self.node.table.add_waiter, waiter, ids, timeout)
-            self.node.read_producer(waiter, ids)
+            self.node.wait_reading(waiter, ids, timeout)
 
         if self.node.failure.ask(send) and want is None:
             raise exceptions.GetTimeoutError(f"get timed out after {timeout} s")

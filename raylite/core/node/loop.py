@@ -237,7 +237,7 @@ class Loop:
                     s.sel.modify(chan.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if chan.wbuf else 0),
                                     key.data)
                     chan.watch_write = bool(chan.wbuf)
-                except (KeyError, ValueError):   # closed, or lent to a reading thread (raylite.core.node.reader)
+                except (KeyError, ValueError):   # closed
                     pass
         s.dirty_channels = {c for c in s.dirty_channels if c.wbuf}
 

@@ -156,7 +156,7 @@ class WorkerOutput:
     def drain(self) -> bool:
         """After the loop stopped: print what workers wrote last; True while pipes are open."""
         s = self.s
-        keys = [k for k in s.sel.get_map().values() if isinstance(k.fileobj, int)]
+        keys = [k for k in s.sel.keys() if isinstance(k.fileobj, int)]
         for key in keys:
             key.data(selectors.EVENT_READ)
         return bool(keys)

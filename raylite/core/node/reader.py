@@ -3,9 +3,9 @@
 The node thread owns the workers' sockets. Left to it, a result costs two thread wake-ups in the
 driver, the node thread's and then the waiting thread's; on a VM whose idle vCPUs halt, each costs
 0.1-0.3 ms, as much as the rest of a task's round trip. So when all that a waiter still lacks comes
-from one worker (the task it runs, or calls on the actor it hosts), the waiting thread takes that
-worker's socket out of the node's selector and serves it itself, under the node lock like any node
-code, until the waiter fires; then it hands the socket back. It watches the worker's stdout and
+from one worker (the task it runs, or calls on the actor it hosts), the waiting thread parks that
+worker's socket in the node's selector (raylite.core.node.selector) and serves it itself, under
+the node lock like any node code, until the waiter fires; then it hands the socket back. It watches the worker's stdout and
 stderr pipes as well (the node thread still does too: output is rare, and whichever thread is first
 serves it, under the lock), and serves what came on them after the socket's messages, in their
 order (an actor's `__repr__` names the output after it; what a task prints before it returns is
@@ -63,12 +63,22 @@ class ProducerReading:
     def __init__(self, state: NodeState, loop: RunsLocked, procs: ServesWorkers):
         self.s, self.loop, self.procs = state, loop, procs
 
-    def read_producer(self, waiter, ids) -> None:
-        """Serve the one worker that produces what `waiter` (registered on ids) lacks, from the
+    def wait_reading(self, waiter, ids, timeout: float | None) -> None:
+        """Register `waiter` on ids and serve the one worker that produces what it lacks, from the
         calling thread, until the waiter fires; return at once when there is no such worker (or
-        the node is busy), and the caller blocks as before."""
-        while self._read_producer_once(waiter, ids):
-            pass   # the task moved to another worker: read that one
+        the registration had to be queued), and the caller blocks as before. The socket is
+        borrowed in the locked section that registers the waiter (one locked section less a get)."""
+        me, lent = threading.get_ident(), []
+
+        def register():
+            self.s.table.add_waiter(waiter, ids, timeout)
+            if self.s.inline_thread == me and not lent:   # run here, not queued (then it is too late)
+                lent.append(self._borrow(waiter, ids))
+        self.loop.call_waiting(register)
+        lent.append(None)
+        if lent[0] is not None and self._serve(lent[0]):
+            while self._read_producer_once(waiter, ids):
+                pass   # the task moved to another worker: read that one
 
     def _read_producer_once(self, waiter, ids) -> bool:
         s = self.s
@@ -79,8 +89,12 @@ class ProducerReading:
             reader = self._borrow(waiter, ids)
         finally:
             s.lock.release()
-        if reader is None:
-            return False
+        return reader is not None and self._serve(reader)
+
+    def _serve(self, reader: Reader) -> bool:
+        """Serve a borrowed worker until its reader's waiter fires (or it must stop); whether the
+        task moved to another worker, which the waiter still waits for."""
+        s, waiter = self.s, reader.waiter
         w, sock = reader.worker, reader.worker.chan.sock
         poller = select.poll()   # not select(): no limit on descriptor numbers
         poller.register(reader.wake_r, select.POLLIN)
@@ -124,8 +138,8 @@ class ProducerReading:
         if w is None or w.index in s.readers:
             return None
         try:
-            key = s.sel.unregister(w.chan.sock)
-        except (KeyError, ValueError):
+            key = s.sel.park(w.chan.sock)
+        except (KeyError, ValueError):   # closed: the worker is gone
             return None
         pipes = {}   # watched by the node too (output comes rarely): two system calls less a get
         for fd in (w.out_fd, w.err_fd):
@@ -195,8 +209,7 @@ class ProducerReading:
             s.spare_wakes.append((reader.wake_r, reader.wake_w))
         if w.index in s.workers and w.chan.sock.fileno() >= 0 and not s.stopping:
             w.chan.watch_write = bool(w.chan.wbuf)
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0)
-            s.sel.register(w.chan.sock, events, reader.key.data)
+            s.sel.resume(reader.key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
 
     def wake_readers(self) -> None:
         """After node code ran: wake the borrowers (in other threads) that have something to do."""

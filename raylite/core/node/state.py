@@ -4,7 +4,6 @@ beside it, and which part changes it is the part named for it."""
 from __future__ import annotations
 
 import itertools
-import selectors
 import socket
 import threading
 from collections import deque
@@ -13,6 +12,7 @@ from raylite.core.node.events import ClusterEvents, TaskEvents
 from raylite.core.node.groups import Groups
 from raylite.core.node.records import Actor, WorkerProc
 from raylite.core.node.segment_pool import SegmentPool
+from raylite.core.node.selector import NodeSelector
 from raylite.core.wire.protocol import Channel, TaskSpec
 from raylite.core.wire.resources import SCALE, NodeResources
 from raylite.core.worker.zygote import Zygote
@@ -55,7 +55,7 @@ class NodeState:
         self.shm_prefix = shm_prefix
         self.pool = pool
         # the loop (raylite.core.node.loop)
-        self.sel = selectors.DefaultSelector()
+        self.sel = NodeSelector()
         self.commands: deque = deque()
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)

@@ -208,8 +208,7 @@ class WorkerLifecycle:
                 segments.remove_unfinished(s.shm_prefix, w.pid)
         if not s.stopping and w.pid is not None and (w.launched < s.zygote_since or s.zygote.exited()):
             end_group(w.pid)   # its zygote, which ends what a dead worker started, is gone
-        if w.index not in s.readers:   # else a thread has it on loan (raylite.core.node.reader)
-            s.sel.unregister(w.chan.sock)
+        s.sel.unregister(w.chan.sock)   # (parked, if a thread has it on loan: raylite.core.node.reader)
         w.chan.close()
         s.dirty_channels.discard(w.chan)
         s.workers.pop(w.index, None)
