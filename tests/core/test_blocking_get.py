@@ -113,3 +113,43 @@ def test_actors_dying_under_a_blocked_get_leave_no_internal_error(ray_start, cap
         ray.kill(actor)
     _, err = capfd.readouterr()
     assert "internal error" not in err, err
+
+
+def _key_of(pid: int):
+    """The node and the selector key of the worker with this pid (white-box)."""
+    from raylite.core.api import runtime as api
+    node = api._node
+    [w] = [w for w in node.shared.workers.values() if w.pid == pid]
+    return node, node.shared.sel.get_key(w.chan.sock)
+
+
+@pytest.mark.local_only("white-box: reads the local node's selector")
+def test_an_idle_worker_given_back_is_watched_again_by_the_next_locked_section(ray_start):
+    """After get() served it, the idle worker's socket stays parked through the rest of that
+    section (no system call between the result and get's return) and is watched again at the
+    end of the next one."""
+    @ray.remote
+    def pid():
+        return os.getpid()
+
+    node, key = _key_of(ray.get(pid.remote()))
+    assert node.call_sync(lambda: key.parked)       # the next section runs with it parked ...
+    assert not node.call_sync(lambda: key.parked)   # ... and watches it again as it ends
+
+
+@pytest.mark.local_only("white-box: reads the local node's object table")
+def test_a_task_sent_to_a_worker_given_back_idle_is_read_without_a_get(ray_start, wait_until):
+    """Its result reaches the object table (unlocked reads only: no call of the driver's helps)."""
+    from raylite.core.api import runtime as api
+    table = api._node.table
+
+    @ray.remote
+    def one():
+        return 1
+
+    for _ in range(3):
+        assert ray.get(one.remote()) == 1
+        ref = one.remote()   # to the worker just given back, most likely
+        wait_until(lambda: (e := table.objects.get(ref.id)) is not None and e.value is not None, timeout=10,
+                   message="the result of a task sent to an idle worker given back was never read")
+        assert ray.get(ref) == 1

@@ -273,7 +273,7 @@ def test_refs_dropped_together_cost_no_scheduling_pass_each(ray_start, tmp_path,
     monkeypatch.setattr(node.scheduler, "schedule", lambda: (passes.append(1), schedule())[1])
     del refs
     assert len(passes) < 50, len(passes)
-    wait_until(lambda: not any(i in node.table.objects for i in ids), timeout=10,
+    wait_until(lambda: node.call_sync(lambda: not any(i in node.table.objects for i in ids)), timeout=10,
                message="the dropped refs' objects were never freed")
     open(gate, "w").close()
     assert ray.get(held) == [1, 1, 1]
@@ -281,13 +281,33 @@ def test_refs_dropped_together_cost_no_scheduling_pass_each(ray_start, tmp_path,
 
 @pytest.mark.local_only("white-box: reads the local node's object table")
 def test_a_dropped_ref_is_freed_while_the_driver_does_nothing_else(ray_start, wait_until):
-    """Its release does not wait for the driver's next call: the idle node thread is woken for it.
-    (Read without the node's lock: a call would release it on the way.)"""
+    """The release of a value larger than a tiny one does not wait for the driver's next call: the
+    idle node thread is woken for it. (Read without the node's lock: a call would release it on the way.)"""
     node = _node()
-    ref = ray.put("x")
+    ref = ray.put(b"x" * 4096)
     oid = ref.id
     del ref
     wait_until(lambda: oid not in node.table.objects, timeout=10, message="the dropped ref's object stayed")
+
+
+@pytest.mark.local_only("white-box: reads the local node's object table unlocked")
+def test_dropped_refs_to_tiny_values_are_counted_down_by_the_next_call_and_bounded(ray_start, wait_until):
+    """A dropped ref to a tiny value is released by the node's next locked section (a result ref
+    dropped by `get(f.remote())` costs no section of its own), and seen released by any
+    observation; no more than DROPPED_MAX wait meanwhile."""
+    node = _node()
+    refs = [ray.put(i) for i in range(node.table.DROPPED_MAX + 10)]
+    ids = [r.id for r in refs]
+    del refs
+    held = sum(i in node.table.objects for i in ids)
+    assert 0 < held <= node.table.DROPPED_MAX   # the ones past the bound went at once, with the rest
+    assert not _in_table(ids[0])                # an observation counts what was dropped before it
+    ref = ray.put("x")
+    oid = ref.id
+    del ref
+    assert oid in node.table.objects            # held back ...
+    ray.put("y")                                # ... until the next call
+    assert oid not in node.table.objects
 
 
 @pytest.mark.local_only("white-box: reads the segments of the local node's objects")

@@ -88,8 +88,9 @@ class DriverClient:
             self.node.call(self.node.table.pin, object_id)
 
     def release(self, object_id: int) -> None:
-        if self.node.failure.cause is None:   # a broken node keeps no counts (its refs die quietly)
-            self.node.call(self.node.table.release, object_id)
+        node = self.node
+        if node.failure.cause is None and not node.table.drop_later(object_id):   # (a broken node keeps no
+            node.call(node.table.release, object_id)                             # counts: refs die quietly)
 
     def addref(self, object_id: int) -> None:
         if self.node.failure.cause is None:   # a broken node keeps no counts (its refs die quietly)

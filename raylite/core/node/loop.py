@@ -28,6 +28,7 @@ class Schedules(Protocol):
 
 class WakesReaders(Protocol):
     def wake_readers(self) -> None: ...
+    def watch_returned(self) -> None: ...
 
 
 class Loop:
@@ -139,6 +140,7 @@ class Loop:
         s = self.s
         def run(gate):
             try:
+                s.table.release_dropped()   # what it observes counts every ref dropped before
                 gate.open((True, fn(*args)))
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller
                 gate.open((False, e))
@@ -212,8 +214,12 @@ class Loop:
                 self.scheduler.schedule()
             if s.dirty_channels:
                 self.flush()
+            if s.table.dropped:   # (after the flush: not ahead of the task this section sent)
+                s.table.release_dropped()
             if s.readers:
                 self.borrowers.wake_readers()
+            if s.returned[0] or s.returned[1]:
+                self.borrowers.watch_returned()
         except Exception as e:  # noqa: BLE001 - the node's own bug
             s.failure.fail(e)
         return error

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from collections import deque
 from typing import Callable
 
 from raylite.core.client.streams import Stream
@@ -30,6 +31,7 @@ class ObjectTable:
         # A counted id that is no object is an actor handle: the node's actors share the counting.
         self.actors, self.release_actor = actors, release_actor
         self.workers, self.forget = workers, forget   # worker index -> process; ask one to unmap
+        self.dropped: deque[int] = deque()   # refs the driver let go of, not counted down yet (see drop_later)
 
     # -- waiting --
     def add_timer(self, delay: float, item) -> None:
@@ -171,6 +173,31 @@ class ObjectTable:
             return SETTLED
         if oid in self.actors:
             self.release_actor(self.actors[oid])
+
+    DROPPED_MAX = 256      # refs drop_later may hold back
+    DROPPED_BYTES = 1024   # of values this small at most: while the driver idles, 256 KiB wait at most
+
+    def drop_later(self, oid: int) -> bool:
+        """From a driver thread, without the lock: queue the release of one ref to a tiny stored
+        value (no segments, no nested refs, no stream), which the node counts down at the end of
+        its next locked section, after that section's messages went out, or before an observation
+        (Loop.call_sync). A dropped result ref so costs `get(f.remote())` no locked section of its
+        own: its release happens while the next task runs. False when it must go the usual way
+        (the entry is read unlocked, as a hint: a stored value never changes, and this ref keeps
+        it stored); larger values are freed at once, the idle node thread woken for them."""
+        entry = self.objects.get(oid)
+        value = entry.value if entry is not None else None
+        if (value is None or value.buffers or value.refs or len(value.data) > self.DROPPED_BYTES
+                or len(self.dropped) >= self.DROPPED_MAX or oid in self.streams):
+            return False
+        self.dropped.append(oid)
+        return True
+
+    def release_dropped(self) -> None:
+        """Under the lock: count down what drop_later queued."""
+        dropped = self.dropped
+        while dropped:
+            self.release(dropped.popleft())
 
     def _free(self, oid: int) -> None:
         """Drop a stored object, then the refs (and actor handles) its value held."""

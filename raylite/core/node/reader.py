@@ -209,7 +209,27 @@ class ProducerReading:
             s.spare_wakes.append((reader.wake_r, reader.wake_w))
         if w.index in s.workers and w.chan.sock.fileno() >= 0 and not s.stopping:
             w.chan.watch_write = bool(w.chan.wbuf)
-            s.sel.resume(reader.key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
+            if w.task is None and not w.ahead and w.actor is None and not w.retiring and not w.chan.wbuf:
+                s.returned[1].append((w, reader.key))   # idle: see watch_returned
+            else:
+                s.sel.resume(reader.key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
+
+    def watch_returned(self) -> None:
+        """At the end of each locked section: the node thread watches again the workers given back
+        before this section, and those given back in it that have work again (this section's
+        scheduling pass sent them a task); the others, still idle, at the end of the next. An idle
+        worker sends nothing that must be read at once (a hang-up is reported parked too), and
+        the next section is most often the submit of the next task, which may go to it: there
+        the system call comes after the task went out, while it runs, not between a result and
+        its get's return. One borrowed again meanwhile stays parked: no system call either way."""
+        s = self.s
+        due, fresh = s.returned
+        s.returned = [[], []]
+        for w, key in fresh:
+            (due if w.task is not None or w.ahead or w.chan.wbuf else s.returned[0]).append((w, key))
+        for w, key in due:
+            if w.index not in s.readers and w.index in s.workers and w.chan.sock.fileno() >= 0 and not s.stopping:
+                s.sel.resume(key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
 
     def wake_readers(self) -> None:
         """After node code ran: wake the borrowers (in other threads) that have something to do."""

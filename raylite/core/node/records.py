@@ -41,11 +41,16 @@ class WorkerProc:
 
     def alloc_on_wire(self) -> tuple[dict, dict]:
         """Its resources and device ids as RUN sends them, kept while its alloc is the same (the
-        tasks of a line share them)."""
+        tasks of a line share them) or holds the same resources and no devices (a worker's tasks
+        one after another: each has its own alloc)."""
         alloc, held = self.alloc, self.alloc_wire
         if held is None or held[0] is not alloc:
-            held = self.alloc_wire = (alloc, {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {},
-                                      {r: list(ids) for r, ids in alloc.device_ids.items() if ids} if alloc else {})
+            if (held is not None and alloc is not None and held[0] is not None and not alloc.device_ids
+                    and not held[0].device_ids and alloc.resources == held[0].resources):
+                held = self.alloc_wire = (alloc, held[1], held[2])
+            else:
+                held = self.alloc_wire = (alloc, {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {},
+                                          {r: list(ids) for r, ids in alloc.device_ids.items() if ids} if alloc else {})
         return held[1], held[2]
 
 

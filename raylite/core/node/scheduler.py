@@ -177,7 +177,8 @@ class Scheduler:
         s = self.s
         threads = max(1, alloc.resources.get("CPU", 0) // SCALE)
         env = runtime_env.merge(s.job_env, spec.runtime_env)
-        key = (tuple(sorted((k, tuple(v)) for k, v in alloc.device_ids.items())), threads, env)
+        devices = alloc.device_ids
+        key = (tuple(sorted((k, tuple(v)) for k, v in devices.items())) if devices else (), threads, env)
         if spec.kind == "actor_create":
             actor = s.actors[spec.actor_id]
             try:
