@@ -97,6 +97,7 @@ class TaskEvents:
         self.free_at: dict[int, float] = {}   # one-call-at-a-time actors: when their last call ended
         self.started_at = time.time()
         self.submitter: tuple[int, int] | None = None   # (task id, its parent) from submitted_by
+        self.ending: list[list] = [[], []]   # (spec, results, when) finished before this section, in it: see age
         self._last_request: dict | None = None   # _retire's last spec request, and its _flat form
         self._last_flat: tuple = ()
 
@@ -106,6 +107,7 @@ class TaskEvents:
         it, as the worker says, while that call runs; else the task w runs now. Keyed by spec's
         id, so a submission that does not happen (a named actor's name taken) leaves nothing for
         the next one."""
+        self.settle()
         self.submitter = (spec.task_id, parent if parent in self.live else self._running_on(w))
 
     def _running_on(self, w) -> int:
@@ -151,11 +153,28 @@ class TaskEvents:
         rec.started, rec.ended, rec.proc = _now(), None, w
 
     def finished(self, spec, results) -> None:
-        """The task's result (a list, or one value for all returns) is stored."""
+        """The task's result (a list, or one value for all returns) is stored. Recorded at the end
+        of the next locked section (see age), or before anything reads the records (settle)."""
+        self.ending[1].append((spec, results, _now()))
+
+    def age(self) -> None:
+        """At the end of each locked section: record what finished before it (what finished in it,
+        at the end of the next). A result's get so returns without waiting for its record, which
+        is made after the next section's messages went out, most often while the next task runs."""
+        due, self.ending = self.ending[0], [self.ending[1], []]
+        for item in due:
+            self._finished(*item)
+
+    def settle(self) -> None:
+        """Record every task finished so far: before any reading or other hook that may concern them."""
+        due, self.ending = self.ending[0] + self.ending[1], [[], []]
+        for item in due:
+            self._finished(*item)
+
+    def _finished(self, spec, results, now: float) -> None:
         rec = self.live.pop(spec.task_id, None)
         if rec is None:
             return
-        now = _now()
         value = results if type(results) is not list else results[0] if results else None
         if value is not None and value.is_error:
             rec.state = FAILED
@@ -175,6 +194,7 @@ class TaskEvents:
 
     def unschedulable(self, spec, message: str) -> None:
         """The node can never run it (infeasible, or its placement group cannot hold it)."""
+        self.settle()
         rec = self.live.pop(spec.task_id, None)
         if rec is None:
             return
@@ -188,6 +208,7 @@ class TaskEvents:
 
     def actor_dead(self, actor) -> None:
         """The actor is dead for good: its creation record joins the finished ones."""
+        self.settle()
         self.free_at.pop(actor.spec.actor_id, None)
         rec = self.live.pop(actor.spec.task_id, None)
         if rec is None:
@@ -215,6 +236,7 @@ class TaskEvents:
     # -- reading (node thread) --
     def records(self) -> list[TaskEvent]:
         """Every record kept, oldest submission first."""
+        self.settle()
         return sorted([*map(_revive, self.done), *self.live.values()], key=_created)
 
 

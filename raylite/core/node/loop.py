@@ -216,6 +216,8 @@ class Loop:
                 self.flush()
             if s.table.dropped:   # (after the flush: not ahead of the task this section sent)
                 s.table.release_dropped()
+            if s.task_events.ending[0] or s.task_events.ending[1]:
+                s.task_events.age()
             if s.readers:
                 self.borrowers.wake_readers()
             if s.returned[0] or s.returned[1]:

@@ -21,6 +21,7 @@ _ACTOR_STATES = {"PENDING": "PENDING_CREATION", "ALIVE": "ALIVE", "RESTARTING": 
 
 def view(node, what: str, detail: bool) -> tuple[list[dict], int]:
     """(rows, records dropped by the event bound) of one kind of state."""
+    node.task_events.settle()
     rows = _VIEWS[what](node, detail)
     return rows, node.task_events.dropped if what in ("tasks", "timeline") else 0
 

@@ -117,6 +117,7 @@ class TaskMessages:
         """`parent`: the task or actor call (of several an actor may run at once) that submits it;
         not one that has finished (a thread it started submits), whose children nobody would drop."""
         s = self.s
+        s.task_events.settle()   # (a parent that has finished is no parent)
         if parent is not None and parent not in s.task_events.live:
             parent = None
         if parent is None and w.task is not None:
