@@ -319,3 +319,22 @@ def test_a_dropped_value_in_shared_memory_is_released_before_the_next_put(ray_st
     del first
     second = ray.put(np.ones(2 * MB // 8))
     assert node.table.objects[second.id].value.buffers == segment
+
+
+@pytest.mark.local_only("white-box: holds the local node's lock")
+def test_a_dropped_ref_is_not_held_back_behind_a_queued_command(ray_start, wait_until):
+    """An addref queued while the node lock was busy must be counted before this thread's later
+    release: held back, the release would be counted at the end of the node's running section,
+    ahead of the addref, and free a value still referenced."""
+    node = _node()
+    ref = ray.put("x")
+    oid = ref.id
+    with node.shared.lock:   # busy: the call below is queued for the node thread
+        node.call(node.table.addref, oid)
+        del ref
+        assert oid not in node.table.dropped
+        node.table.release_dropped()   # what the end of a running section would do
+        assert oid in node.table.objects
+    wait_until(lambda: node.call_sync(lambda: node.table.objects[oid].refs) == 1, timeout=10,
+               message="the queued addref and the release were not both counted")
+    node.call(node.table.release, oid)

@@ -89,8 +89,11 @@ class DriverClient:
 
     def release(self, object_id: int) -> None:
         node = self.node
-        if node.failure.cause is None and not node.table.drop_later(object_id):   # (a broken node keeps no
-            node.call(node.table.release, object_id)                             # counts: refs die quietly)
+        if node.failure.cause is not None:   # a broken node keeps no counts (its refs die quietly)
+            return
+        # held back only behind no queued command: one of this thread's (an addref) must not be overtaken
+        if node.shared.commands or not node.table.drop_later(object_id):
+            node.call(node.table.release, object_id)
 
     def addref(self, object_id: int) -> None:
         if self.node.failure.cause is None:   # a broken node keeps no counts (its refs die quietly)

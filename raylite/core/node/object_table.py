@@ -184,7 +184,8 @@ class ObjectTable:
         (Loop.call_sync). A dropped result ref so costs `get(f.remote())` no locked section of its
         own: its release happens while the next task runs. False when it must go the usual way
         (the entry is read unlocked, as a hint: a stored value never changes, and this ref keeps
-        it stored); larger values are freed at once, the idle node thread woken for them."""
+        it stored); larger values are freed at once, the idle node thread woken for them. The
+        caller goes the usual way while commands are queued, so that none it queued is overtaken."""
         entry = self.objects.get(oid)
         value = entry.value if entry is not None else None
         if (value is None or value.buffers or value.refs or len(value.data) > self.DROPPED_BYTES
