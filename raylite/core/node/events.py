@@ -27,6 +27,7 @@ from collections import deque, namedtuple
 from operator import attrgetter
 
 from raylite import exceptions
+from raylite.core.node.records import NextSection
 from raylite.core.wire import serialization
 
 LIMIT_ENV = "RAY_task_events_max_num_task_in_gcs"
@@ -97,7 +98,7 @@ class TaskEvents:
         self.free_at: dict[int, float] = {}   # one-call-at-a-time actors: when their last call ended
         self.started_at = time.time()
         self.submitter: tuple[int, int] | None = None   # (task id, its parent) from submitted_by
-        self.ending: list[list] = [[], []]   # (spec, results, when) finished before this section, in it: see age
+        self.ending = NextSection()   # (spec, results, when) of tasks finished, not recorded yet: see age
         self._last_request: dict | None = None   # _retire's last spec request, and its _flat form
         self._last_flat: tuple = ()
 
@@ -155,20 +156,17 @@ class TaskEvents:
     def finished(self, spec, results) -> None:
         """The task's result (a list, or one value for all returns) is stored. Recorded at the end
         of the next locked section (see age), or before anything reads the records (settle)."""
-        self.ending[1].append((spec, results, _now()))
+        self.ending.add((spec, results, _now()))
 
     def age(self) -> None:
-        """At the end of each locked section: record what finished before it (what finished in it,
-        at the end of the next). A result's get so returns without waiting for its record, which
-        is made after the next section's messages went out, most often while the next task runs."""
-        due, self.ending = self.ending[0], [self.ending[1], []]
-        for item in due:
+        """At the end of each locked section: record what finished before it (NextSection). A
+        result's get so returns without waiting for its record."""
+        for item in self.ending.age():
             self._finished(*item)
 
     def settle(self) -> None:
         """Record every task finished so far: before any reading or other hook that may concern them."""
-        due, self.ending = self.ending[0] + self.ending[1], [[], []]
-        for item in due:
+        for item in self.ending.take_all():
             self._finished(*item)
 
     def _finished(self, spec, results, now: float) -> None:

@@ -216,11 +216,11 @@ class Loop:
                 self.flush()
             if s.table.dropped:   # (after the flush: not ahead of the task this section sent)
                 s.table.release_dropped()
-            if s.task_events.ending[0] or s.task_events.ending[1]:
+            if s.task_events.ending.due or s.task_events.ending.fresh:
                 s.task_events.age()
             if s.readers:
                 self.borrowers.wake_readers()
-            if s.returned[0] or s.returned[1]:
+            if s.returned.due or s.returned.fresh:
                 self.borrowers.watch_returned()
         except Exception as e:  # noqa: BLE001 - the node's own bug
             s.failure.fail(e)

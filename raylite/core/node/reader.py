@@ -210,7 +210,7 @@ class ProducerReading:
         if w.index in s.workers and w.chan.sock.fileno() >= 0 and not s.stopping:
             w.chan.watch_write = bool(w.chan.wbuf)
             if w.task is None and not w.ahead and w.actor is None and not w.retiring and not w.chan.wbuf:
-                s.returned[1].append((w, reader.key))   # idle: see watch_returned
+                s.returned.add((w, reader.key))   # idle: see watch_returned
             else:
                 s.sel.resume(reader.key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
 
@@ -223,11 +223,11 @@ class ProducerReading:
         the system call comes after the task went out, while it runs, not between a result and
         its get's return. One borrowed again meanwhile stays parked: no system call either way."""
         s = self.s
-        due, fresh = s.returned
-        s.returned = [[], []]
-        for w, key in fresh:
-            (due if w.task is not None or w.ahead or w.chan.wbuf else s.returned[0]).append((w, key))
-        for w, key in due:
+        due, held = s.returned.age(), s.returned.due
+        busy = [item for item in held if item[0].task is not None or item[0].ahead or item[0].chan.wbuf]
+        if busy:
+            s.returned.due = [item for item in held if item not in busy]
+        for w, key in due + busy:
             if w.index not in s.readers and w.index in s.workers and w.chan.sock.fileno() >= 0 and not s.stopping:
                 s.sel.resume(key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
 

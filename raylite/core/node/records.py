@@ -41,17 +41,43 @@ class WorkerProc:
 
     def alloc_on_wire(self) -> tuple[dict, dict]:
         """Its resources and device ids as RUN sends them, kept while its alloc is the same (the
-        tasks of a line share them) or holds the same resources and no devices (a worker's tasks
-        one after another: each has its own alloc)."""
+        tasks of a line share them) or an equal one (a worker's tasks one after another: each has
+        its own alloc)."""
         alloc, held = self.alloc, self.alloc_wire
         if held is None or held[0] is not alloc:
-            if (held is not None and alloc is not None and held[0] is not None and not alloc.device_ids
-                    and not held[0].device_ids and alloc.resources == held[0].resources):
+            last = held[0] if held is not None else None
+            if (alloc is not None and last is not None and alloc.resources == last.resources
+                    and alloc.device_ids == last.device_ids):
                 held = self.alloc_wire = (alloc, held[1], held[2])
             else:
                 held = self.alloc_wire = (alloc, {k: from_fixed(v) for k, v in alloc.resources.items()} if alloc else {},
                                           {r: list(ids) for r, ids in alloc.device_ids.items() if ids} if alloc else {})
         return held[1], held[2]
+
+
+class NextSection:
+    """Items held until the end of the locked section after the one that added them (Loop.step
+    ages them after its flush): node work that need not come between a result and its get's
+    return, done once the next section's messages went out, most often while the next task runs."""
+
+    __slots__ = ("due", "fresh")
+
+    def __init__(self):
+        self.due: list = []     # added before the section now running: due at its end
+        self.fresh: list = []   # added in it: due at the end of the next
+
+    def add(self, item) -> None:
+        self.fresh.append(item)
+
+    def age(self) -> list:
+        """At the end of a section: what is due now; what this section added becomes due next."""
+        due, self.due, self.fresh = self.due, self.fresh, []
+        return due
+
+    def take_all(self) -> list:
+        """Everything held, oldest first, now (before anything that must see it done)."""
+        items, self.due, self.fresh = self.due + self.fresh, [], []
+        return items
 
 
 class Actor:

@@ -10,7 +10,7 @@ from collections import deque
 
 from raylite.core.node.events import ClusterEvents, TaskEvents
 from raylite.core.node.groups import Groups
-from raylite.core.node.records import Actor, WorkerProc
+from raylite.core.node.records import Actor, NextSection, WorkerProc
 from raylite.core.node.segment_pool import SegmentPool
 from raylite.core.node.selector import NodeSelector
 from raylite.core.wire.protocol import Channel, TaskSpec
@@ -92,7 +92,7 @@ class NodeState:
         self.zygote_since = 0.0
         self.readers: dict = {}         # worker index -> its socket's borrower (raylite.core.node.reader)
         self.spare_wakes: list[tuple] = []   # socket pairs of readers gone, for the next ones
-        self.returned: list[list] = [[], []]   # idle workers given back, watched again a section later (reader)
+        self.returned = NextSection()   # (worker, key) of idle workers given back, watched again later (reader)
         # actors and objects
         self.actors: dict[int, Actor] = {}
         self.table = None                # the ObjectTable (raylite.core.node.object_table), set by Node
