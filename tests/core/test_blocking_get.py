@@ -137,19 +137,88 @@ def test_an_idle_worker_given_back_is_watched_again_by_the_next_locked_section(r
     assert not node.call_sync(lambda: key.parked)   # ... and watches it again as it ends
 
 
-@pytest.mark.local_only("white-box: reads the local node's object table")
-def test_a_task_sent_to_a_worker_given_back_idle_is_read_without_a_get(ray_start, wait_until):
-    """Its result reaches the object table (unlocked reads only: no call of the driver's helps)."""
+def _one_sent_to_a_worker_given_back(one):
+    """A task's ref, sent to the worker a get just gave back (left unwatched one section more:
+    ProducerReading.may_hold), and that worker."""
     from raylite.core.api import runtime as api
-    table = api._node.table
+    assert ray.get(one.remote()) == 1
+    ref = one.remote()
+    [w] = [w for w in api._node.shared.workers.values() if w.task is not None and ref.id in w.task.return_ids]
+    return ref, w
 
+
+@pytest.mark.local_only("white-box: finds the local node's worker")
+def test_a_loop_of_wait_with_no_timeout_sees_a_task_end_on_a_worker_left_unwatched(ray_start, wait_until):
+    """wait(timeout=0) makes no locked section of its own: it reads what such a worker sent."""
     @ray.remote
     def one():
         return 1
 
     for _ in range(3):
-        assert ray.get(one.remote()) == 1
-        ref = one.remote()   # to the worker just given back, most likely
-        wait_until(lambda: (e := table.objects.get(ref.id)) is not None and e.value is not None, timeout=10,
-                   message="the result of a task sent to an idle worker given back was never read")
+        ref, _w = _one_sent_to_a_worker_given_back(one)
+        wait_until(lambda: ray.wait([ref], timeout=0)[0], timeout=10,
+                   message="wait(timeout=0) never saw the task end")
+        assert ray.get(ref) == 1
+
+
+@pytest.mark.local_only("white-box: reads the local node's worker socket")
+def test_the_state_read_after_a_task_ended_on_a_worker_left_unwatched_shows_it_ended(ray_start):
+    """The first read after its result was sent (no call in between) shows its CPU free again."""
+    import select
+
+    @ray.remote
+    def one():
+        return 1
+
+    total = ray.cluster_resources()["CPU"]
+    for _ in range(3):
+        ref, w = _one_sent_to_a_worker_given_back(one)
+        assert select.select([w.chan.sock], [], [], 10)[0], "the task's result never came"
+        assert ray.available_resources().get("CPU") == total
+        assert ray.get(ref) == 1
+
+
+@pytest.mark.local_only("white-box: counts the local node's selector calls")
+def test_a_submit_then_get_loop_leaves_the_worker_parked(ray_start):
+    """The get reads the result in the section that borrows the worker, which stays parked from
+    one get to the next: no system call to watch and park it, per round trip."""
+    from raylite.core.api import runtime as api
+
+    @ray.remote
+    def one():
+        return 1
+
+    ray.get(one.remote())   # (its run time is known from now on)
+    sel, calls = api._node.shared.sel, []
+    park, resume = sel.park, sel.resume
+    sel.park = lambda *a: calls.append("park") or park(*a)
+    sel.resume = lambda *a: calls.append("resume") or resume(*a)
+    try:
+        for _ in range(50):
+            assert ray.get(one.remote()) == 1
+    finally:
+        del sel.park, sel.resume
+    assert calls.count("resume") <= 5, calls
+
+
+@pytest.mark.local_only("white-box: finds the local node's worker")
+def test_a_task_that_submits_is_served_while_the_driver_makes_no_call(ray_start, tmp_path, wait_until):
+    """A function whose runs sent the node a submit (or any request) is never left unwatched:
+    its nested task runs while the driver does something else."""
+    @ray.remote
+    def inner():
+        return 1
+
+    @ray.remote
+    def outer(path):
+        assert ray.get(inner.remote()) == 1
+        open(path, "w").close()
+        return 1
+
+    assert ray.get(outer.remote(str(tmp_path / "first"))) == 1   # (its runs are known to submit from now on)
+    for i in range(3):
+        mark = tmp_path / f"done-{i}"
+        assert ray.get(outer.remote(str(tmp_path / f"warm-{i}"))) == 1
+        ref = outer.remote(str(mark))
+        wait_until(mark.exists, timeout=10, message="the nested task never ran while the driver made no call")
         assert ray.get(ref) == 1

@@ -78,6 +78,11 @@ class DriverClient:
         if len(ready) < num_returns and timeout != 0:
             self._block(ids, timeout, num_returns)
             ready = self.node.table.ready_ids(ids)
+        elif len(ready) < num_returns and self.node.shared.returned.due:
+            # a worker may have been left unwatched until the next section (ProducerReading.
+            # may_hold), which a loop of wait(timeout=0) would never make: read it now
+            self.node.call(self.node.catch_up)
+            ready = self.node.table.ready_ids(ids)
         return ready
 
     def stream_next(self, completion_id: int, index: int) -> tuple:

@@ -29,6 +29,7 @@ class Schedules(Protocol):
 class WakesReaders(Protocol):
     def wake_readers(self) -> None: ...
     def watch_returned(self) -> None: ...
+    def catch_up(self) -> None: ...
 
 
 class Loop:
@@ -141,6 +142,7 @@ class Loop:
         def run(gate):
             try:
                 s.table.release_dropped()   # what it observes counts every ref dropped before
+                self.catch_up()   # and every task ended before
                 gate.open((True, fn(*args)))
             except BaseException as e:  # noqa: BLE001 - re-raised in the caller
                 gate.open((False, e))
@@ -234,6 +236,11 @@ class Loop:
             fn(*args)
         except Exception as e:  # noqa: BLE001 - the node's own bug
             s.failure.fail(e)
+
+    def catch_up(self) -> None:
+        """Under the lock: what the workers left unwatched until the next section have sent is
+        read now (raylite.core.node.reader: ProducerReading.catch_up)."""
+        self.as_node(self.borrowers.catch_up)
 
     def flush(self) -> None:
         s = self.s

@@ -76,7 +76,7 @@ class Node:
         self.kill, self.get_actor, self.named_actors = (self.actor_ops.kill, self.actor_ops.get_actor,
                                                         self.actor_ops.named_actors)
         self.group, self.stream_next = self.placement.group, self.streams.stream_next
-        self.wait_reading = self.borrowers.wait_reading
+        self.wait_reading, self.catch_up = self.borrowers.wait_reading, loop.catch_up
         # and what it reads (objects that live as long as the node)
         self.table, self.failure, self.res, self.workers, self.actors = s.table, s.failure, s.res, s.workers, s.actors
         self.session, self.node_id, self.job_id, self.namespace = session, node_id, job_id, namespace

@@ -73,7 +73,12 @@ class ProducerReading:
         def register():
             self.s.table.add_waiter(waiter, ids, timeout)
             if self.s.inline_thread == me and not lent:   # run here, not queued (then it is too late)
-                lent.append(self._borrow(waiter, ids))
+                reader = self._borrow(waiter, ids)
+                lent.append(reader)
+                if reader is not None and time_left(self.s.fn_time, reader.worker) == 0.0:
+                    # its task is past its usual run time: its result is most often here already,
+                    # and read in this section, the get needs no other
+                    self.loop.as_node(self._serve_borrowed, reader, {reader.worker.chan.sock.fileno(): select.POLLIN})
         self.loop.call_waiting(register)
         lent.append(None)
         if lent[0] is not None and self._serve(lent[0]):
@@ -95,6 +100,8 @@ class ProducerReading:
         """Serve a borrowed worker until its reader's waiter fires (or it must stop); whether the
         task moved to another worker, which the waiter still waits for."""
         s, waiter = self.s, reader.waiter
+        if reader.returned:   # served and given back in the section that borrowed it (see wait_reading)
+            return False
         w, sock = reader.worker, reader.worker.chan.sock
         poller = select.poll()   # not select(): no limit on descriptor numbers
         poller.register(reader.wake_r, select.POLLIN)
@@ -141,6 +148,7 @@ class ProducerReading:
             key = s.sel.park(w.chan.sock)
         except (KeyError, ValueError):   # closed: the worker is gone
             return None
+        s.returned.discard(w)   # (parked already if it was there: no system call either way)
         pipes = {}   # watched by the node too (output comes rarely): two system calls less a get
         for fd in (w.out_fd, w.err_fd):
             if fd >= 0:
@@ -221,15 +229,52 @@ class ProducerReading:
         worker sends nothing that must be read at once (a hang-up is reported parked too), and
         the next section is most often the submit of the next task, which may go to it: there
         the system call comes after the task went out, while it runs, not between a result and
-        its get's return. One borrowed again meanwhile stays parked: no system call either way."""
+        its get's return. A worker borrowed again meanwhile is no longer held (see _borrow).
+
+        A worker this section gave a task stays parked one section more where nothing but this
+        thread's next call can want its result (may_hold), and the task's function is known to
+        send nothing before it (_quiet): that call is most often the get that
+        borrows it, which then reads the result in its own section (wait_reading), with no
+        system call to watch and park it again, and no wake-up of the node thread for it."""
         s = self.s
         due, held = s.returned.age(), s.returned.due
-        busy = [item for item in held if item[0].task is not None or item[0].ahead or item[0].chan.wbuf]
+        busy = [item for item in held if _busy(item[0])]
         if busy:
             s.returned.due = [item for item in held if item not in busy]
-        for w, key in due + busy:
-            if w.index not in s.readers and w.index in s.workers and w.chan.sock.fileno() >= 0 and not s.stopping:
+        hold = None
+        for item in due + busy:
+            w, key = item[0], item[1]
+            if w.index in s.readers or w.index not in s.workers or w.chan.sock.fileno() < 0 or s.stopping:
+                continue
+            if len(item) == 2 and _quiet(s, w):
+                if hold is None:
+                    hold = self.may_hold()
+                if hold and not _waited_on(s, w.task):
+                    s.returned.due.append((w, key, True))   # once: resumed at the next section's end
+                    continue
+            s.sel.resume(key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
+
+    def catch_up(self) -> None:
+        """Under the lock, before anything reads the node's state (call_sync, a wait that does not
+        block): read what the workers left unwatched (may_hold) have sent, and watch them again,
+        so a task that has ended reads as ended."""
+        s = self.s
+        held = [item for item in s.returned.due if len(item) == 3]
+        if not held:
+            return
+        s.returned.due = [item for item in s.returned.due if len(item) == 2]
+        for w, key, _ in held:
+            if w.index in s.workers and w.index not in s.readers and w.chan.sock.fileno() >= 0 and not s.stopping:
                 s.sel.resume(key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
+                self.procs.on_worker(w, selectors.EVENT_READ)
+
+    def may_hold(self) -> bool:
+        """Whether a busy worker may stay unwatched until the next locked section: this one runs
+        in the driver's only user thread (so no other thread of it waits on the node thread), and
+        nothing queued or placing could start once its task ends. Whatever that thread does next
+        in raylite is a section (or nudges one: DriverClient.wait)."""
+        s = self.s
+        return s.inline_thread is not None and not s.queues and not s.groups.pending and alone()
 
     def wake_readers(self) -> None:
         """After node code ran: wake the borrowers (in other threads) that have something to do."""
@@ -249,6 +294,24 @@ class ProducerReading:
             for end in pair:
                 end.close()
         s.spare_wakes.clear()
+
+
+def _busy(w) -> bool:
+    return w.task is not None or bool(w.ahead) or bool(w.chan.wbuf)
+
+
+def _quiet(s: NodeState, w) -> bool:
+    """Whether w runs one task of a function that, as far as its runs so far tell, sends nothing
+    before its result (no nested submit, get, put or stream item that others would wait on)."""
+    spec = w.task
+    return (spec is not None and spec.kind == "task" and spec.stream is None and not w.ahead and not w.chan.wbuf
+            and spec.fn_id in s.fn_time and spec.fn_id not in s.fn_asks)
+
+
+def _waited_on(s: NodeState, spec) -> bool:
+    """Whether anyone (another process's get, a dependent task, a callback) waits on its results."""
+    objects = s.table.objects
+    return any(entry is not None and entry.waiters for entry in map(objects.get, spec.return_ids))
 
 
 def time_left(fn_time: dict, w) -> float | None:

@@ -74,6 +74,13 @@ class NextSection:
         due, self.due, self.fresh = self.due, self.fresh, []
         return due
 
+    def discard(self, w) -> None:
+        """Drop the items of worker w (items whose first field is it)."""
+        if self.due:
+            self.due = [item for item in self.due if item[0] is not w]
+        if self.fresh:
+            self.fresh = [item for item in self.fresh if item[0] is not w]
+
     def take_all(self) -> list:
         """Everything held, oldest first, now (before anything that must see it done)."""
         items, self.due, self.fresh = self.due + self.fresh, [], []

@@ -32,7 +32,7 @@ class NodeState:
         "res", "groups", "accel_resources", "max_idle", "session", "node_id", "job_id", "job_env", "namespace",
         "log_dir", "logging", "labels", "shm_prefix", "pool", "sel", "commands", "wake_r", "wake_w", "woken",
         "failure", "handlers", "functions", "workers", "idle", "queues", "feasible_seen", "starting", "unsent",
-        "producers", "arg_holders", "cancelled", "fn_time", "children", "actors", "table", "named",
+        "producers", "arg_holders", "cancelled", "fn_time", "fn_asks", "children", "actors", "table", "named",
         "task_events", "cluster_events", "runtime_envs", "dirty_channels", "dead_workers", "oom_kills",
         "blocked_actors", "starved_check", "starved_warned", "readers", "spare_wakes", "returned", "installs",
         "installers", "worker_index", "stopping", "lock", "node_busy", "inline_thread", "held_interrupt",
@@ -82,6 +82,7 @@ class NodeState:
         self.arg_holders: set[int] = set()          # tasks whose arguments still hold their refs
         self.cancelled: set[int] = set()
         self.fn_time: dict[str, float] = {}         # function id -> typical run time (s)
+        self.fn_asks: set[str] = set()              # functions whose runs sent the node more than results
         self.children: dict[int, list[TaskSpec]] = {}   # task id -> tasks it submitted (for cancel)
         self.worker_index = itertools.count(1)
         self.dead_workers: deque = deque(maxlen=DEAD_WORKERS_KEPT)   # (index, pid, exit type, detail,

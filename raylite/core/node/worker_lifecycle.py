@@ -19,9 +19,12 @@ from raylite.core.hardware import accelerators
 from raylite.core.node.records import Actor, WorkerProc
 from raylite.core.node.state import NodeState
 from raylite.core.wire import segments
-from raylite.core.wire.protocol import Channel, Progress, TaskSpec
+from raylite.core.wire.protocol import DONE, DONES, HELLO, METRICS, REFS, RELEASED, Channel, Progress, TaskSpec
 from raylite.core.wire.serialization import error_value
 from raylite.core.worker.zygote import Zygote, end_group
+
+# what a worker running a plain task sends: nothing anyone waits on before the task's end
+_QUIET = frozenset((HELLO, DONE, DONES, REFS, RELEASED, METRICS))
 
 OOM_KILLED = "the kernel's out-of-memory killer (the machine or container ran out of memory)"
 
@@ -182,6 +185,8 @@ class WorkerLifecycle:
             handler = s.handlers.get(msg[0])
             if handler is None:
                 raise exceptions.RaySystemError(f"worker {w.pid} sent a message of unknown kind {msg[0]!r}")
+            if w.task is not None and msg[0] not in _QUIET:   # (a request, a submit: see ProducerReading.may_hold)
+                s.fn_asks.add(w.task.fn_id)
             handler(w, *msg[1:])
 
     def _worker_gone(self, w: WorkerProc) -> None:
