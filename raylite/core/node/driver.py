@@ -78,7 +78,7 @@ class DriverClient:
         if len(ready) < num_returns and timeout != 0:
             self._block(ids, timeout, num_returns)
             ready = self.node.table.ready_ids(ids)
-        elif len(ready) < num_returns and self.node.shared.returned.due:
+        elif len(ready) < num_returns and self.node.shared.unwatched:
             # a worker may have been left unwatched until the next section (ProducerReading.
             # may_hold), which a loop of wait(timeout=0) would never make: read it now
             self.node.call(self.node.catch_up)

@@ -222,7 +222,7 @@ class Loop:
                 s.task_events.age()
             if s.readers:
                 self.borrowers.wake_readers()
-            if s.returned.due or s.returned.fresh:
+            if s.returned.due or s.returned.fresh or s.unwatched:
                 self.borrowers.watch_returned()
         except Exception as e:  # noqa: BLE001 - the node's own bug
             s.failure.fail(e)

@@ -149,6 +149,8 @@ class ProducerReading:
         except (KeyError, ValueError):   # closed: the worker is gone
             return None
         s.returned.discard(w)   # (parked already if it was there: no system call either way)
+        if s.unwatched:
+            s.unwatched = [item for item in s.unwatched if item[0] is not w]
         pipes = {}   # watched by the node too (output comes rarely): two system calls less a get
         for fd in (w.out_fd, w.err_fd):
             if fd >= 0:
@@ -215,12 +217,12 @@ class ProducerReading:
             if reader.signalled:
                 _drain(reader.wake_r)
             s.spare_wakes.append((reader.wake_r, reader.wake_w))
-        if w.index in s.workers and w.chan.sock.fileno() >= 0 and not s.stopping:
+        if _live(s, w):
             w.chan.watch_write = bool(w.chan.wbuf)
             if w.task is None and not w.ahead and w.actor is None and not w.retiring and not w.chan.wbuf:
                 s.returned.add((w, reader.key))   # idle: see watch_returned
             else:
-                s.sel.resume(reader.key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
+                _watch(s, w, reader.key)
 
     def watch_returned(self) -> None:
         """At the end of each locked section: the node thread watches again the workers given back
@@ -241,31 +243,31 @@ class ProducerReading:
         busy = [item for item in held if _busy(item[0])]
         if busy:
             s.returned.due = [item for item in held if item not in busy]
+        late, s.unwatched = s.unwatched, []
+        for w, key in late:   # left parked by the section before: watched now
+            if _live(s, w) and w.index not in s.readers:
+                _watch(s, w, key)
         hold = None
-        for item in due + busy:
-            w, key = item[0], item[1]
-            if w.index in s.readers or w.index not in s.workers or w.chan.sock.fileno() < 0 or s.stopping:
+        for w, key in due + busy:
+            if not _live(s, w) or w.index in s.readers:
                 continue
-            if len(item) == 2 and _quiet(s, w):
+            if _quiet(s, w):
                 if hold is None:
                     hold = self.may_hold()
                 if hold and not _waited_on(s, w.task):
-                    s.returned.due.append((w, key, True))   # once: resumed at the next section's end
+                    s.unwatched.append((w, key))
                     continue
-            s.sel.resume(key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
+            _watch(s, w, key)
 
     def catch_up(self) -> None:
         """Under the lock, before anything reads the node's state (call_sync, a wait that does not
         block): read what the workers left unwatched (may_hold) have sent, and watch them again,
         so a task that has ended reads as ended."""
         s = self.s
-        held = [item for item in s.returned.due if len(item) == 3]
-        if not held:
-            return
-        s.returned.due = [item for item in s.returned.due if len(item) == 2]
-        for w, key, _ in held:
-            if w.index in s.workers and w.index not in s.readers and w.chan.sock.fileno() >= 0 and not s.stopping:
-                s.sel.resume(key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
+        late, s.unwatched = s.unwatched, []
+        for w, key in late:
+            if _live(s, w) and w.index not in s.readers:
+                _watch(s, w, key)
                 self.procs.on_worker(w, selectors.EVENT_READ)
 
     def may_hold(self) -> bool:
@@ -294,6 +296,15 @@ class ProducerReading:
             for end in pair:
                 end.close()
         s.spare_wakes.clear()
+
+
+def _live(s: NodeState, w) -> bool:
+    return w.index in s.workers and w.chan.sock.fileno() >= 0 and not s.stopping
+
+
+def _watch(s: NodeState, w, key) -> None:
+    """The node thread watches a parked worker's socket again (for writing too while bytes wait)."""
+    s.sel.resume(key, selectors.EVENT_READ | (selectors.EVENT_WRITE if w.chan.wbuf else 0))
 
 
 def _busy(w) -> bool:

@@ -34,8 +34,8 @@ class NodeState:
         "failure", "handlers", "functions", "workers", "idle", "queues", "feasible_seen", "starting", "unsent",
         "producers", "arg_holders", "cancelled", "fn_time", "fn_asks", "children", "actors", "table", "named",
         "task_events", "cluster_events", "runtime_envs", "dirty_channels", "dead_workers", "oom_kills",
-        "blocked_actors", "starved_check", "starved_warned", "readers", "spare_wakes", "returned", "installs",
-        "installers", "worker_index", "stopping", "lock", "node_busy", "inline_thread", "held_interrupt",
+        "blocked_actors", "starved_check", "starved_warned", "readers", "spare_wakes", "returned", "unwatched",
+        "installs", "installers", "worker_index", "stopping", "lock", "node_busy", "inline_thread", "held_interrupt",
         "sigint", "zygote", "zygote_restarted", "zygote_since", "thread",
     )
 
@@ -94,6 +94,7 @@ class NodeState:
         self.readers: dict = {}         # worker index -> its socket's borrower (raylite.core.node.reader)
         self.spare_wakes: list[tuple] = []   # socket pairs of readers gone, for the next ones
         self.returned = NextSection()   # (worker, key) of idle workers given back, watched again later (reader)
+        self.unwatched: list[tuple] = []   # (worker, key) of busy ones left parked until the next section's end (reader)
         # actors and objects
         self.actors: dict[int, Actor] = {}
         self.table = None                # the ObjectTable (raylite.core.node.object_table), set by Node
